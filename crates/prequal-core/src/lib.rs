@@ -1,0 +1,41 @@
+//! # prequal-core
+//!
+//! The sans-IO heart of prequal: every load-balancing policy, the Prequal probe pool and its
+//! hot-cold lexicographic (HCL) rule, the server-side load estimator, and the resilience building
+//! blocks (peak EWMA, retry budget, outlier ejection, slow start) that the proxy and the simulator
+//! share.
+//!
+//! Nothing in this crate performs I/O, reads a clock, sleeps, spawns, or touches a global random
+//! source. Time comes in as [`Time`] and randomness as `&mut dyn RngCore`; decisions come out as
+//! values. The simulator drives it in virtual time, the proxy in real time, and both run the same
+//! lines. See [`policy`] for the event flow and [`config`] for building a policy by name.
+//!
+//! ```
+//! use prequal_core::{PolicyConfig, Query, QueryId, Pick, ReplicaChange, ReplicaId, Time};
+//! use rand::SeedableRng;
+//!
+//! let mut policy = PolicyConfig::from_name("round-robin").unwrap().build().unwrap();
+//! for id in 0..3 {
+//!     policy.on_replica_change(ReplicaChange::Insert(ReplicaId(id)), Time::ZERO);
+//! }
+//! let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+//! let query = Query { id: QueryId(1), hint: None };
+//! assert_eq!(policy.pick(&query, Time::ZERO, &mut rng), Pick::Replica(ReplicaId(0)));
+//! ```
+
+pub mod config;
+pub mod policies;
+pub mod policy;
+pub mod replica;
+pub mod time;
+
+#[cfg(test)]
+mod testing;
+
+pub use config::{BuildPolicy, ConfigError, ParamDoc, PolicyConfig, PolicyInfo, catalog};
+pub use policy::{
+    Completion, LoadReport, Outcome, Pick, Policy, PoolEntryView, ProbeId, ProbeRequest, Query,
+    QueryId, ReplicaView, Snapshot,
+};
+pub use replica::{ReplicaChange, ReplicaId, Replicas};
+pub use time::Time;

@@ -1,0 +1,8 @@
+//! Every balancing policy, one module each (one folder for Prequal).
+//!
+//! Each module exports a `Config` (serde, with documented defaults, implementing
+//! [`crate::config::BuildPolicy`]) and the policy type it builds. The policies are listed, with
+//! their signal and rule, in docs/policies.md and by `prequal policies`.
+
+pub mod random;
+pub mod round_robin;

@@ -1,0 +1,1 @@
+//! The prequal proxy (not built yet; see the proxy issue).

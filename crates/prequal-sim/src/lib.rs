@@ -1,0 +1,1 @@
+//! The prequal simulator (being built).

@@ -1,0 +1,27 @@
+//! `prequal`: the command-line entry point.
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+mod policies;
+
+/// prequal: a latency-aware load balancer, its simulator, and its testbed.
+#[derive(Parser, Debug)]
+#[command(name = "prequal", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// List every balancing policy with its signal, rule, parameters and defaults.
+    Policies(policies::Args),
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Policies(args) => policies::run(&args),
+    }
+}
