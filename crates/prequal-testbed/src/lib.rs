@@ -1,0 +1,1 @@
+//! The live testbed (being built).
