@@ -189,6 +189,12 @@ pub trait Policy: Send + std::fmt::Debug {
         None
     }
 
+    /// How long the driver waits for a probe reply before it reports
+    /// [`Policy::on_probe_failure`]; `None` for policies that never probe.
+    fn probe_timeout(&self) -> Option<Duration> {
+        None
+    }
+
     /// A probe was answered.
     fn on_probe_reply(
         &mut self,
