@@ -24,6 +24,7 @@
 //! ```
 
 pub mod config;
+pub mod estimator;
 pub mod policies;
 pub mod policy;
 pub mod replica;
@@ -33,6 +34,9 @@ pub mod time;
 mod testing;
 
 pub use config::{BuildPolicy, ConfigError, ParamDoc, PolicyConfig, PolicyInfo, catalog};
+pub use estimator::{
+    Arrival, EstimatorConfig, EstimatorConfigError, LatencyEstimator, LoadTracker,
+};
 pub use policy::{
     Completion, LoadReport, Outcome, Pick, Policy, PoolEntryView, ProbeId, ProbeRequest, Query,
     QueryId, ReplicaView, Snapshot,

@@ -1,0 +1,408 @@
+//! The server-side load tracker: what a replica answers when a Prequal client probes it.
+//!
+//! A probe reply carries two signals (Prequal paper, section 4, "Load signals"):
+//!
+//! - **RIF**, the replica's requests in flight: a counter incremented when a query reaches the
+//!   application and decremented when the application hands its response back;
+//! - **latency**, an estimate of how long a query arriving now would take. Each finished query
+//!   leaves a sample (its latency, tagged with the RIF it saw when it arrived); the estimate is
+//!   the median of the recent samples recorded at (or near) the current RIF. Tagging by RIF is
+//!   what makes the estimate predictive: it answers "how slow are queries when this many others
+//!   are in flight", not "how slow were queries on average".
+//!
+//! "Recent" adapts to the rate. At moderate and high rates the samples of the last few
+//! milliseconds are plenty, so the estimate uses only those that finished within
+//! [`EstimatorConfig::window`] (default 10 ms). At low rates that window is nearly empty, so the
+//! estimate falls back to the [`EstimatorConfig::min_samples`] newest samples (default 16),
+//! however old.
+//!
+//! ## Data structure
+//!
+//! [`LatencyEstimator`] keeps one bucket per arrival RIF: exact for RIF 0 to 15, then four
+//! buckets per doubling (16-19, 20-23, 24-27, 28-31, 32-39, ...), so nearby RIFs share a bucket
+//! exactly where they behave alike. Each bucket is a ring of the last 32 samples, allocated once
+//! in [`LatencyEstimator::new`]. Recording writes one slot: O(1), no allocation. Estimating reads
+//! the bucket of the current RIF and, while it has fewer than `min_samples` samples, widens to
+//! the neighbouring buckets on both sides; it keeps the samples inside the window (or the
+//! `min_samples` newest if too few are recent) and returns their median, selected in a stack
+//! buffer with `select_nth_unstable`. That is a bounded amount of work however long the replica
+//! has run.
+//!
+//! [`LoadTracker`] combines the RIF counter, the estimator, and bucketed counters of completions
+//! and errors over [`EstimatorConfig::rate_window`] (default 1 s) into a [`LoadReport`].
+//!
+//! Everything here is single-threaded and takes `now` as an argument, like the rest of the core;
+//! a server shares a tracker between threads behind a lock (each operation is short).
+//!
+//! ```
+//! use std::time::Duration;
+//! use prequal_core::{EstimatorConfig, LoadTracker, Outcome, Time};
+//!
+//! let mut tracker = LoadTracker::new(EstimatorConfig::default());
+//! let arrival = tracker.on_arrival(Time::from_millis(1));
+//! assert_eq!(tracker.rif(), 1);
+//! tracker.on_finish(arrival, Outcome::Success, Time::from_millis(4));
+//! let report = tracker.report(Time::from_millis(5));
+//! assert_eq!(report.rif, 0);
+//! assert_eq!(report.latency, Duration::from_millis(3));
+//! ```
+
+mod window;
+
+#[cfg(test)]
+mod tests;
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::policy::{LoadReport, Outcome};
+use crate::time::{Time, duration_nanos};
+use window::WindowedCounter;
+
+/// Samples kept per RIF bucket.
+const RING: usize = 32;
+/// RIFs below this have a bucket each.
+const EXACT: u32 = 16;
+/// Buckets per doubling of RIF above [`EXACT`], as a power of two.
+const SUB_BITS: u32 = 2;
+/// Bucket count: the exact ones, then 4 per octave for octaves 4 to 31 of a `u32`.
+const BUCKETS: usize = EXACT as usize + (32 - 4) * (1 << SUB_BITS);
+/// The estimate gathers at most `min_samples - 1` samples and then one more bucket.
+const GATHER: usize = 2 * RING;
+
+/// Settings of the load tracker. Embedded (as `[estimator]` or similar) in the sidecar's and the
+/// testbed backend's configs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EstimatorConfig {
+    /// `window`, default `"10ms"`: samples that finished within this span are "recent"; when at
+    /// least `min_samples` of them are near the current RIF, only they count. Must be > 0.
+    #[serde(with = "humantime_serde")]
+    pub window: Duration,
+    /// `min_samples`, default `16`: below this many recent samples, the estimate uses this many
+    /// newest samples instead (the low-rate fallback, the paper's "last K"). Between 1 and 32.
+    pub min_samples: usize,
+    /// `rate_window`, default `"1s"`: the span over which qps and error rate are measured.
+    /// Between 10 ms and 1 hour.
+    #[serde(with = "humantime_serde")]
+    pub rate_window: Duration,
+}
+
+impl Default for EstimatorConfig {
+    fn default() -> Self {
+        Self {
+            window: Duration::from_millis(10),
+            min_samples: 16,
+            rate_window: Duration::from_secs(1),
+        }
+    }
+}
+
+/// An [`EstimatorConfig`] value the tracker cannot use.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("estimator: `{key}` {message}")]
+pub struct EstimatorConfigError {
+    /// The offending key.
+    pub key: &'static str,
+    /// What was wrong and what is expected.
+    pub message: String,
+}
+
+impl EstimatorConfig {
+    /// Checks every setting; the error names the offending key.
+    pub fn validate(&self) -> Result<(), EstimatorConfigError> {
+        let bad = |key, message: String| Err(EstimatorConfigError { key, message });
+        if self.window.is_zero() {
+            return bad("window", "must be greater than zero".into());
+        }
+        if !(1..=RING).contains(&self.min_samples) {
+            return bad(
+                "min_samples",
+                format!("must be between 1 and {RING}, got {}", self.min_samples),
+            );
+        }
+        let rate_range = Duration::from_millis(10)..=Duration::from_secs(3600);
+        if !rate_range.contains(&self.rate_window) {
+            return bad(
+                "rate_window",
+                format!("must be between 10ms and 1h, got {:?}", self.rate_window),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// One latency sample: when it was recorded and how long the query took, in nanoseconds.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sample {
+    at: u64,
+    latency: u64,
+}
+
+/// A ring of the newest samples of one RIF bucket.
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    samples: [Sample; RING],
+    /// Slot the next sample goes to.
+    next: u8,
+    /// Slots filled so far (saturates at `RING`).
+    len: u8,
+}
+
+impl Default for Bucket {
+    fn default() -> Self {
+        Self {
+            samples: [Sample::default(); RING],
+            next: 0,
+            len: 0,
+        }
+    }
+}
+
+impl Bucket {
+    fn push(&mut self, sample: Sample) {
+        self.samples[usize::from(self.next)] = sample;
+        self.next = ((usize::from(self.next) + 1) % RING) as u8;
+        self.len = (usize::from(self.len) + 1).min(RING) as u8;
+    }
+
+    fn filled(&self) -> &[Sample] {
+        &self.samples[..usize::from(self.len)]
+    }
+}
+
+/// The bucket that holds samples tagged with `rif`.
+fn bucket_of(rif: u32) -> usize {
+    if rif < EXACT {
+        return rif as usize;
+    }
+    // The position of the highest set bit picks the octave (4 for 16..=31); the next SUB_BITS
+    // bits pick the sub-bucket within it.
+    let octave = 31 - rif.leading_zeros();
+    let sub = (rif >> (octave - SUB_BITS)) & ((1 << SUB_BITS) - 1);
+    let index = EXACT + ((octave - 4) << SUB_BITS) + sub;
+    (index as usize).min(BUCKETS - 1)
+}
+
+/// Latency samples tagged with the RIF seen at arrival; single-threaded, O(1) record.
+///
+/// See the module docs for how an estimate is formed.
+#[derive(Debug, Clone)]
+pub struct LatencyEstimator {
+    config: EstimatorConfig,
+    buckets: Box<[Bucket]>,
+    /// Samples held across all buckets (saturates once every ring is full), so a widening
+    /// search can stop when it has seen them all.
+    stored: usize,
+}
+
+impl LatencyEstimator {
+    /// An empty estimator. `config` should have passed [`EstimatorConfig::validate`]; an
+    /// out-of-range `min_samples` is clamped to 1..=32 rather than trusted.
+    pub fn new(config: EstimatorConfig) -> Self {
+        let config = EstimatorConfig {
+            min_samples: config.min_samples.clamp(1, RING),
+            ..config
+        };
+        Self {
+            config,
+            buckets: vec![Bucket::default(); BUCKETS].into_boxed_slice(),
+            stored: 0,
+        }
+    }
+
+    /// The settings in use.
+    pub fn config(&self) -> &EstimatorConfig {
+        &self.config
+    }
+
+    /// Records that a query which arrived when `rif_at_arrival` others were in flight took
+    /// `latency`, finishing at `now`.
+    pub fn record(&mut self, rif_at_arrival: u32, latency: Duration, now: Time) {
+        let bucket = &mut self.buckets[bucket_of(rif_at_arrival)];
+        if usize::from(bucket.len) < RING {
+            self.stored += 1;
+        }
+        bucket.push(Sample {
+            at: now.as_nanos(),
+            latency: duration_nanos(latency),
+        });
+    }
+
+    /// Median of recent samples at or near `rif`; None before any sample.
+    pub fn estimate(&self, rif: u32, now: Time) -> Option<Duration> {
+        let mut buf = [Sample::default(); GATHER];
+        let gathered = self.gather(bucket_of(rif), &mut buf);
+        if gathered == 0 {
+            return None;
+        }
+        let samples = &mut buf[..gathered];
+        // Move the samples inside the window to the front.
+        let now = now.as_nanos();
+        let window = duration_nanos(self.config.window);
+        let mut recent = 0;
+        for i in 0..samples.len() {
+            if now.saturating_sub(samples[i].at) <= window {
+                samples.swap(i, recent);
+                recent += 1;
+            }
+        }
+        let chosen = if recent >= self.config.min_samples {
+            &mut samples[..recent]
+        } else if samples.len() > self.config.min_samples {
+            // Too few recent samples: fall back to the newest `min_samples`.
+            let k = self.config.min_samples;
+            samples.select_nth_unstable_by(k - 1, |a, b| b.at.cmp(&a.at));
+            &mut samples[..k]
+        } else {
+            samples
+        };
+        Some(Duration::from_nanos(median(chosen)))
+    }
+
+    /// Copies samples into `buf` from the bucket `center` outwards, alternating below and
+    /// above, until at least `min_samples` are in or every stored sample was seen. Returns
+    /// how many were copied.
+    fn gather(&self, center: usize, buf: &mut [Sample; GATHER]) -> usize {
+        let wanted = self.config.min_samples.min(self.stored);
+        let mut count = self.copy_bucket(center, buf, 0);
+        let mut distance = 1;
+        while count < wanted && distance < BUCKETS {
+            if let Some(below) = center.checked_sub(distance) {
+                count = self.copy_bucket(below, buf, count);
+            }
+            if count < wanted && center + distance < BUCKETS {
+                count = self.copy_bucket(center + distance, buf, count);
+            }
+            distance += 1;
+        }
+        count
+    }
+
+    fn copy_bucket(&self, index: usize, buf: &mut [Sample; GATHER], count: usize) -> usize {
+        let filled = self.buckets[index].filled();
+        // Never overflows: copying starts only while count < min_samples <= RING.
+        let take = filled.len().min(GATHER - count);
+        buf[count..count + take].copy_from_slice(&filled[..take]);
+        count + take
+    }
+}
+
+/// The median latency of `samples` (the mean of the middle two for an even count). Reorders
+/// `samples`; must not be empty.
+fn median(samples: &mut [Sample]) -> u64 {
+    let n = samples.len();
+    let mid = n / 2;
+    let (below, upper, _) = samples.select_nth_unstable_by_key(mid, |s| s.latency);
+    let upper = upper.latency;
+    if n % 2 == 1 {
+        return upper;
+    }
+    let lower = below.iter().map(|s| s.latency).max().unwrap_or(upper);
+    lower + (upper - lower) / 2
+}
+
+/// What a query's arrival left behind, handed back at its finish.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Arrival {
+    /// When the query arrived.
+    pub at: Time,
+    /// RIF seen at arrival, before counting itself.
+    pub rif: u32,
+}
+
+/// RIF counter + [`LatencyEstimator`] + recent qps / error-rate windows: one replica, one
+/// thread.
+#[derive(Debug, Clone)]
+pub struct LoadTracker {
+    rif: u32,
+    estimator: LatencyEstimator,
+    completions: WindowedCounter,
+    errors: WindowedCounter,
+    /// The first event seen, so rates early in a replica's life are not diluted by a window
+    /// that reaches back before it started.
+    first_seen: Option<Time>,
+}
+
+impl LoadTracker {
+    /// A tracker with nothing in flight and no samples.
+    pub fn new(config: EstimatorConfig) -> Self {
+        Self {
+            rif: 0,
+            estimator: LatencyEstimator::new(config),
+            completions: WindowedCounter::new(config.rate_window),
+            errors: WindowedCounter::new(config.rate_window),
+            first_seen: None,
+        }
+    }
+
+    /// A query reached the application: counts it in flight.
+    pub fn on_arrival(&mut self, now: Time) -> Arrival {
+        self.first_seen.get_or_insert(now);
+        let arrival = Arrival {
+            at: now,
+            rif: self.rif,
+        };
+        self.rif = self.rif.saturating_add(1);
+        arrival
+    }
+
+    /// The application handed back the response of the query that `arrival` describes.
+    ///
+    /// Error responses do not feed the latency estimate: a replica that fails fast would
+    /// otherwise look quick and attract more traffic (sinkholing). They still count in the
+    /// error rate, which clients use to avoid such a replica.
+    pub fn on_finish(&mut self, arrival: Arrival, outcome: Outcome, now: Time) {
+        self.first_seen.get_or_insert(arrival.at);
+        self.rif = self.rif.saturating_sub(1);
+        if outcome != Outcome::Error {
+            let latency = now.saturating_since(arrival.at);
+            self.estimator.record(arrival.rif, latency, now);
+        }
+        self.completions.add(now, 1);
+        if outcome.is_failure() {
+            self.errors.add(now, 1);
+        }
+    }
+
+    /// Requests in flight now.
+    pub fn rif(&self) -> u32 {
+        self.rif
+    }
+
+    /// The latency estimator, for inspection.
+    pub fn estimator(&self) -> &LatencyEstimator {
+        &self.estimator
+    }
+
+    /// rif, latency estimate at the current RIF (Duration::ZERO before any sample),
+    /// qps and error_rate over the recent window; utilization None (the caller fills it).
+    ///
+    /// `qps` counts completions per second over the rate window (or since the first event, if
+    /// that is more recent); `error_rate` is the failed share of those completions, 0 when
+    /// there were none.
+    pub fn report(&self, now: Time) -> LoadReport {
+        let completed = self.completions.sum(now);
+        let failed = self.errors.sum(now);
+        let span = self.completions.span(now);
+        let span = match self.first_seen {
+            Some(first) => span.min(now.saturating_since(first)),
+            None => span,
+        };
+        // A floor on the span keeps the first millisecond from reporting absurd rates.
+        let secs = span.max(Duration::from_millis(1)).as_secs_f64();
+        let error_rate = if completed == 0 {
+            0.0
+        } else {
+            failed as f64 / completed as f64
+        };
+        LoadReport {
+            rif: self.rif,
+            latency: self.estimator.estimate(self.rif, now).unwrap_or_default(),
+            qps: Some(completed as f64 / secs),
+            utilization: None,
+            error_rate: Some(error_rate),
+        }
+    }
+}

@@ -1,0 +1,286 @@
+//! Unit tests of the latency estimator and the load tracker.
+
+use super::*;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn estimator() -> LatencyEstimator {
+    LatencyEstimator::new(EstimatorConfig::default())
+}
+
+#[test]
+fn buckets_are_exact_then_geometric_and_monotone() {
+    for rif in 0..EXACT {
+        assert_eq!(bucket_of(rif), rif as usize);
+    }
+    assert_eq!(bucket_of(16), 16);
+    assert_eq!(bucket_of(19), 16);
+    assert_eq!(bucket_of(20), 17);
+    assert_eq!(bucket_of(32), 20);
+    assert_eq!(bucket_of(u32::MAX), BUCKETS - 1);
+    let mut last = 0;
+    for shift in 0..32 {
+        for rif in [1u32 << shift, (1u32 << shift) | ((1 << shift) >> 1)] {
+            let b = bucket_of(rif);
+            assert!(b >= last && b < BUCKETS, "rif {rif} -> {b}");
+            last = b;
+        }
+    }
+}
+
+#[test]
+fn no_estimate_before_any_sample() {
+    assert_eq!(estimator().estimate(0, Time::ZERO), None);
+    let tracker = LoadTracker::new(EstimatorConfig::default());
+    assert_eq!(tracker.report(Time::from_secs(1)).latency, Duration::ZERO);
+}
+
+#[test]
+fn median_of_odd_and_even_counts() {
+    let mut est = estimator();
+    let now = Time::from_millis(100);
+    for latency in [5, 1, 4, 2, 3] {
+        est.record(3, ms(latency), now);
+    }
+    assert_eq!(est.estimate(3, now), Some(ms(3)));
+    est.record(3, ms(6), now);
+    // 1..=6: the mean of the middle two.
+    assert_eq!(est.estimate(3, now), Some(Duration::from_micros(3_500)));
+}
+
+#[test]
+fn widens_to_the_nearest_rif_with_samples() {
+    let mut est = estimator();
+    let now = Time::from_secs(1);
+    for _ in 0..16 {
+        est.record(5, ms(10), now);
+        est.record(200, ms(100), now);
+    }
+    assert_eq!(est.estimate(5, now), Some(ms(10)));
+    assert_eq!(est.estimate(7, now), Some(ms(10)));
+    assert_eq!(est.estimate(0, now), Some(ms(10)));
+    assert_eq!(est.estimate(180, now), Some(ms(100)));
+    assert_eq!(est.estimate(u32::MAX, now), Some(ms(100)));
+}
+
+#[test]
+fn uses_only_the_window_when_recent_samples_suffice() {
+    let mut est = estimator();
+    for i in 0..16 {
+        est.record(2, ms(100), Time::from_millis(i));
+    }
+    for i in 0..16 {
+        est.record(2, ms(5), Time::from_micros(1_000_000 + i * 500));
+    }
+    // All 16 fast samples are within 10 ms of 1.01 s; the slow ones are ignored entirely
+    // (the median over all 32 would be 52.5 ms).
+    assert_eq!(est.estimate(2, Time::from_millis(1_010)), Some(ms(5)));
+}
+
+#[test]
+fn falls_back_to_the_newest_samples_at_low_rates() {
+    let mut est = estimator();
+    for i in 0..16 {
+        est.record(1, ms(10), Time::from_secs(i));
+    }
+    for i in 16..32 {
+        est.record(1, ms(30), Time::from_secs(i));
+    }
+    // Nothing is within 10 ms of 100 s: the 16 newest (all 30 ms) decide, not all 32.
+    assert_eq!(est.estimate(1, Time::from_secs(100)), Some(ms(30)));
+}
+
+#[test]
+fn fewer_samples_than_wanted_are_all_used() {
+    let mut est = estimator();
+    est.record(0, ms(2), Time::ZERO);
+    est.record(9, ms(4), Time::ZERO);
+    est.record(40, ms(12), Time::ZERO);
+    assert_eq!(est.estimate(3, Time::from_secs(60)), Some(ms(4)));
+}
+
+#[test]
+fn a_slow_episode_shows_within_a_bounded_number_of_completions() {
+    // Low rate (one completion a second): the newest 16 decide, so 9 slow ones flip the median.
+    let mut est = estimator();
+    let mut t = 0;
+    for _ in 0..32 {
+        est.record(2, ms(1), Time::from_secs(t));
+        t += 1;
+    }
+    let mut slow_needed = None;
+    for n in 1..=32 {
+        est.record(2, ms(50), Time::from_secs(t));
+        t += 1;
+        if est.estimate(2, Time::from_secs(t)) == Some(ms(50)) {
+            slow_needed = Some(n);
+            break;
+        }
+    }
+    assert_eq!(slow_needed, Some(9));
+
+    // High rate (one completion every 100 us): at most half a ring of slow ones, plus one.
+    let mut est = estimator();
+    let mut t = 0;
+    for _ in 0..200 {
+        est.record(2, ms(1), Time::from_micros(t));
+        t += 100;
+    }
+    let mut slow_needed = None;
+    for n in 1..=200 {
+        est.record(2, ms(50), Time::from_micros(t));
+        t += 100;
+        if est.estimate(2, Time::from_micros(t)) == Some(ms(50)) {
+            slow_needed = Some(n);
+            break;
+        }
+    }
+    let n = slow_needed.unwrap_or(usize::MAX);
+    assert!(n <= RING / 2 + 1, "took {n} slow completions");
+}
+
+#[test]
+fn rif_rises_and_falls_and_tags_samples() {
+    let mut tracker = LoadTracker::new(EstimatorConfig::default());
+    let t0 = Time::from_millis(10);
+    let arrivals: Vec<Arrival> = (0..5).map(|_| tracker.on_arrival(t0)).collect();
+    assert_eq!(tracker.rif(), 5);
+    assert_eq!(
+        arrivals.iter().map(|a| a.rif).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3, 4]
+    );
+    assert_eq!(tracker.report(t0).rif, 5);
+    for (i, arrival) in arrivals.iter().enumerate().take(3) {
+        tracker.on_finish(*arrival, Outcome::Success, t0 + ms(i as u64 + 1));
+    }
+    assert_eq!(tracker.rif(), 2);
+    let report = tracker.report(t0 + ms(4));
+    assert_eq!(report.rif, 2);
+    // Only one sample sits at RIF 2 (3 ms), fewer than `min_samples`, so the estimate widens
+    // to RIF 1 (2 ms) and RIF 0 (1 ms): the median of the three.
+    assert_eq!(report.latency, ms(2));
+    assert_eq!(report.utilization, None);
+    for arrival in &arrivals[3..] {
+        tracker.on_finish(*arrival, Outcome::Success, t0 + ms(5));
+    }
+    assert_eq!(tracker.rif(), 0);
+    // A finish without an arrival (a driver bug) never wraps the counter.
+    tracker.on_finish(arrivals[0], Outcome::Success, t0 + ms(6));
+    assert_eq!(tracker.rif(), 0);
+}
+
+#[test]
+fn reports_qps_and_error_rate_over_the_window() {
+    let mut tracker = LoadTracker::new(EstimatorConfig::default());
+    // 100 queries a second for 3 s, every tenth an error.
+    for i in 0..300u64 {
+        let start = Time::from_millis(i * 10);
+        let arrival = tracker.on_arrival(start);
+        let outcome = if i % 10 == 0 {
+            Outcome::Error
+        } else {
+            Outcome::Success
+        };
+        tracker.on_finish(arrival, outcome, start + ms(2));
+    }
+    let report = tracker.report(Time::from_millis(3_000));
+    let qps = report.qps.unwrap_or_default();
+    assert!((90.0..=110.0).contains(&qps), "qps {qps}");
+    let error_rate = report.error_rate.unwrap_or_default();
+    assert!(
+        (0.08..=0.12).contains(&error_rate),
+        "error rate {error_rate}"
+    );
+    // Long after the traffic stopped, the window is empty.
+    let idle = tracker.report(Time::from_secs(60));
+    assert_eq!((idle.qps, idle.error_rate), (Some(0.0), Some(0.0)));
+}
+
+#[test]
+fn fast_errors_do_not_make_a_replica_look_light() {
+    let mut tracker = LoadTracker::new(EstimatorConfig::default());
+    for i in 0..20u64 {
+        let start = Time::from_millis(i);
+        let arrival = tracker.on_arrival(start);
+        tracker.on_finish(arrival, Outcome::Success, start + ms(40));
+    }
+    for i in 0..20u64 {
+        let start = Time::from_millis(100 + i);
+        let arrival = tracker.on_arrival(start);
+        tracker.on_finish(arrival, Outcome::Error, start + Duration::from_micros(10));
+    }
+    let report = tracker.report(Time::from_millis(130));
+    assert_eq!(report.latency, ms(40));
+    assert!(report.error_rate.unwrap_or_default() > 0.4);
+}
+
+#[test]
+fn config_defaults_parse_and_validate() {
+    let config = EstimatorConfig::default();
+    assert_eq!(config.validate(), Ok(()));
+    let parsed: EstimatorConfig = toml::from_str("").expect("empty table");
+    assert_eq!(parsed, config);
+    let parsed: EstimatorConfig =
+        toml::from_str("window = \"5ms\"\nmin_samples = 8\nrate_window = \"2s\"").expect("parses");
+    assert_eq!(parsed.window, ms(5));
+    assert_eq!(parsed.min_samples, 8);
+    assert_eq!(parsed.rate_window, Duration::from_secs(2));
+    let text = toml::to_string(&parsed).expect("serialises");
+    assert_eq!(toml::from_str::<EstimatorConfig>(&text).ok(), Some(parsed));
+}
+
+#[test]
+fn config_errors_name_the_key() {
+    let cases = [
+        (
+            EstimatorConfig {
+                window: Duration::ZERO,
+                ..Default::default()
+            },
+            "window",
+        ),
+        (
+            EstimatorConfig {
+                min_samples: 0,
+                ..Default::default()
+            },
+            "min_samples",
+        ),
+        (
+            EstimatorConfig {
+                min_samples: 33,
+                ..Default::default()
+            },
+            "min_samples",
+        ),
+        (
+            EstimatorConfig {
+                rate_window: Duration::from_millis(1),
+                ..Default::default()
+            },
+            "rate_window",
+        ),
+    ];
+    for (config, key) in cases {
+        let err = config.validate().expect_err(key);
+        assert_eq!(err.key, key);
+        assert!(err.to_string().contains(key), "{err}");
+    }
+    let err = toml::from_str::<EstimatorConfig>("windw = \"1ms\"").expect_err("unknown key");
+    assert!(err.to_string().contains("windw"), "{err}");
+}
+
+#[test]
+fn min_samples_changes_the_low_rate_fallback() {
+    let config = EstimatorConfig {
+        min_samples: 4,
+        ..Default::default()
+    };
+    let mut est = LatencyEstimator::new(config);
+    for (i, latency) in [9, 9, 9, 9, 1, 1, 1, 1].into_iter().enumerate() {
+        est.record(0, ms(latency), Time::from_secs(i as u64));
+    }
+    assert_eq!(est.estimate(0, Time::from_secs(100)), Some(ms(1)));
+}
