@@ -7,8 +7,21 @@
 use std::ops::{Add, Sub};
 use std::time::Duration;
 
-/// A point in time: nanoseconds since an origin chosen by the driver.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// A point in time: nanoseconds since an origin chosen by the driver. Serialises as that number.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(transparent)]
 pub struct Time(u64);
 
 impl Time {
