@@ -25,9 +25,13 @@
 
 pub mod config;
 pub mod estimator;
+pub mod ewma;
+pub mod outlier;
 pub mod policies;
 pub mod policy;
 pub mod replica;
+pub mod retry_budget;
+pub mod slow_start;
 pub mod time;
 
 #[cfg(test)]
