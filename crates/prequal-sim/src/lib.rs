@@ -1,1 +1,6 @@
-//! The prequal simulator (being built).
+//! # prequal-sim
+//!
+//! A discrete-event simulator that drives prequal-core's policies in virtual time, and the
+//! sans-IO server model ([`model`]) it shares with the live backend.
+
+pub mod model;

@@ -1,0 +1,307 @@
+//! Episodes: something happens to some replicas between two times, and server selections.
+//!
+//! An episode names the replicas it touches (`servers = [3]`, `"all"`, `"even"`, `"odd"` or a
+//! half-open range `"0..50"`), a `start` and an `end`, and one or more effects:
+//!
+//! | key | effect while active |
+//! |---|---|
+//! | `slow` | latency (latency model) or query work (capacity model) multiplied by this factor |
+//! | `latency` | every query takes exactly this long, whatever the load ("pinned", as in Beyond Round Robin's 2 s replica) |
+//! | `error_rate` | this share of queries fail (0..=1) |
+//! | `error_latency` | failed queries answer after this long instead of after normal service (fast errors) |
+//! | `capacity_loss` | this share of the replica's cores is gone (0..=1; capacity model) |
+//!
+//! Overlapping episodes combine: factors multiply, error rates combine as independent events,
+//! capacity losses compound, and the latest-starting pin wins.
+
+use std::fmt;
+use std::time::Duration;
+
+use prequal_core::Time;
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+
+use super::ModelError;
+
+/// A selection of replicas by index.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(into = "String")]
+pub enum ServerSet {
+    /// Every replica.
+    All,
+    /// Replicas with an even index.
+    Even,
+    /// Replicas with an odd index.
+    Odd,
+    /// Replicas in `start..end`.
+    Range(u32, u32),
+    /// These replicas.
+    List(Vec<u32>),
+}
+
+impl From<ServerSet> for String {
+    fn from(set: ServerSet) -> String {
+        set.to_string()
+    }
+}
+
+impl fmt::Display for ServerSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServerSet::All => f.write_str("all"),
+            ServerSet::Even => f.write_str("even"),
+            ServerSet::Odd => f.write_str("odd"),
+            ServerSet::Range(a, b) => write!(f, "{a}..{b}"),
+            ServerSet::List(l) => write!(f, "{l:?}"),
+        }
+    }
+}
+
+impl ServerSet {
+    /// True when replica `index` is selected.
+    pub fn contains(&self, index: u32) -> bool {
+        match self {
+            ServerSet::All => true,
+            ServerSet::Even => index % 2 == 0,
+            ServerSet::Odd => index % 2 == 1,
+            ServerSet::Range(a, b) => (*a..*b).contains(&index),
+            ServerSet::List(l) => l.contains(&index),
+        }
+    }
+
+    /// Checks that every named index exists among `count` replicas.
+    pub fn validate(&self, key: &str, count: u32) -> Result<(), ModelError> {
+        let bad = match self {
+            ServerSet::Range(a, b) if a >= b || *b > count => true,
+            ServerSet::List(l) => l.iter().any(|&i| i >= count),
+            _ => false,
+        };
+        if bad {
+            return Err(ModelError::invalid(
+                key,
+                format!("selects replicas outside 0..{count}: {self}"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn parse(text: &str) -> Option<ServerSet> {
+        match text {
+            "all" => Some(ServerSet::All),
+            "even" => Some(ServerSet::Even),
+            "odd" => Some(ServerSet::Odd),
+            _ => {
+                let (a, b) = text.split_once("..")?;
+                Some(ServerSet::Range(
+                    a.trim().parse().ok()?,
+                    b.trim().parse().ok()?,
+                ))
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ServerSet {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct SetVisitor;
+        impl<'de> Visitor<'de> for SetVisitor {
+            type Value = ServerSet;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of replica indices, or \"all\", \"even\", \"odd\", \"A..B\"")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ServerSet, E> {
+                ServerSet::parse(v).ok_or_else(|| E::invalid_value(de::Unexpected::Str(v), &self))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ServerSet, A::Error> {
+                let mut out = Vec::new();
+                while let Some(i) = seq.next_element::<u32>()? {
+                    out.push(i);
+                }
+                Ok(ServerSet::List(out))
+            }
+        }
+        d.deserialize_any(SetVisitor)
+    }
+}
+
+/// One episode as written in a scenario (`[[servers.episodes]]`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EpisodeSpec {
+    /// The replicas affected.
+    pub servers: ServerSet,
+    /// When it starts.
+    #[serde(with = "humantime_serde")]
+    pub start: Duration,
+    /// When it ends.
+    #[serde(with = "humantime_serde")]
+    pub end: Duration,
+    /// Latency or work multiplier.
+    #[serde(default)]
+    pub slow: Option<f64>,
+    /// Pinned latency.
+    #[serde(default, with = "humantime_serde")]
+    pub latency: Option<Duration>,
+    /// Share of queries that fail.
+    #[serde(default)]
+    pub error_rate: Option<f64>,
+    /// How fast failures answer (default: after normal service).
+    #[serde(default, with = "humantime_serde")]
+    pub error_latency: Option<Duration>,
+    /// Share of cores lost.
+    #[serde(default)]
+    pub capacity_loss: Option<f64>,
+}
+
+fn check_share(key: String, v: Option<f64>) -> Result<(), ModelError> {
+    match v {
+        Some(x) if !(0.0..=1.0).contains(&x) => Err(ModelError::invalid(
+            key,
+            format!("expected a share between 0 and 1, got {x}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+impl EpisodeSpec {
+    /// Checks times, shares and the selection; `key` is e.g. `servers.episodes[0]`.
+    pub fn validate(&self, key: &str, count: u32) -> Result<(), ModelError> {
+        self.servers.validate(&format!("{key}.servers"), count)?;
+        if self.end <= self.start {
+            return Err(ModelError::invalid(
+                format!("{key}.end"),
+                format!("must be after start ({:?}), got {:?}", self.start, self.end),
+            ));
+        }
+        if let Some(f) = self.slow
+            && !(f.is_finite() && f > 0.0)
+        {
+            return Err(ModelError::invalid(
+                format!("{key}.slow"),
+                format!("expected a factor above 0, got {f}"),
+            ));
+        }
+        check_share(format!("{key}.error_rate"), self.error_rate)?;
+        check_share(format!("{key}.capacity_loss"), self.capacity_loss)?;
+        if self.slow.is_none()
+            && self.latency.is_none()
+            && self.error_rate.is_none()
+            && self.capacity_loss.is_none()
+        {
+            return Err(ModelError::invalid(
+                key,
+                "has no effect; set one of slow, latency, error_rate, capacity_loss",
+            ));
+        }
+        Ok(())
+    }
+
+    /// True when active at `now` (start inclusive, end exclusive).
+    pub fn active(&self, now: Time) -> bool {
+        now >= Time::ZERO + self.start && now < Time::ZERO + self.end
+    }
+}
+
+/// The combined effect of the episodes active at one moment.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Effects {
+    /// Latency/work multiplier (1 = none).
+    pub slow: f64,
+    /// Pinned latency, if any.
+    pub latency: Option<Duration>,
+    /// Probability that a query fails.
+    pub error_rate: f64,
+    /// Latency of failures, if fast.
+    pub error_latency: Option<Duration>,
+    /// Share of cores lost.
+    pub capacity_loss: f64,
+}
+
+impl Default for Effects {
+    fn default() -> Self {
+        Effects {
+            slow: 1.0,
+            latency: None,
+            error_rate: 0.0,
+            error_latency: None,
+            capacity_loss: 0.0,
+        }
+    }
+}
+
+impl Effects {
+    /// Combines the episodes in `episodes` that are active at `now`.
+    pub fn at<'a>(episodes: impl IntoIterator<Item = &'a EpisodeSpec>, now: Time) -> Effects {
+        let mut fx = Effects::default();
+        let mut ok = 1.0;
+        let mut keep = 1.0;
+        for ep in episodes.into_iter().filter(|e| e.active(now)) {
+            fx.slow *= ep.slow.unwrap_or(1.0);
+            fx.latency = ep.latency.or(fx.latency);
+            ok *= 1.0 - ep.error_rate.unwrap_or(0.0);
+            fx.error_latency = ep.error_latency.or(fx.error_latency);
+            keep *= 1.0 - ep.capacity_loss.unwrap_or(0.0);
+        }
+        fx.error_rate = 1.0 - ok;
+        fx.capacity_loss = 1.0 - keep;
+        fx
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Deserialize)]
+    struct Holder {
+        s: ServerSet,
+    }
+
+    #[test]
+    fn server_sets_parse_and_select() {
+        let parse = |t: &str| toml::from_str::<Holder>(t).map(|h| h.s);
+        assert_eq!(parse("s = \"even\"").unwrap(), ServerSet::Even);
+        assert_eq!(parse("s = [1, 3]").unwrap(), ServerSet::List(vec![1, 3]));
+        assert_eq!(parse("s = \"2..4\"").unwrap(), ServerSet::Range(2, 4));
+        assert!(parse("s = \"some\"").is_err());
+        assert!(ServerSet::Odd.contains(3) && !ServerSet::Odd.contains(4));
+        let err = ServerSet::List(vec![11])
+            .validate("e.servers", 11)
+            .unwrap_err();
+        assert!(err.to_string().contains("e.servers"), "{err}");
+    }
+
+    #[test]
+    fn effects_combine_only_while_active() {
+        let ep: EpisodeSpec = toml::from_str(
+            "servers = [0]\nstart = \"15s\"\nend = \"45s\"\nlatency = \"2s\"\nerror_rate = 0.5",
+        )
+        .unwrap();
+        ep.validate("servers.episodes[0]", 11).unwrap();
+        assert_eq!(Effects::at([&ep], Time::from_secs(10)), Effects::default());
+        let fx = Effects::at([&ep, &ep], Time::from_secs(15));
+        assert_eq!(fx.latency, Some(Duration::from_secs(2)));
+        assert!((fx.error_rate - 0.75).abs() < 1e-12);
+        assert_eq!(Effects::at([&ep], Time::from_secs(45)), Effects::default());
+    }
+
+    #[test]
+    fn episode_without_effect_or_backwards_is_rejected() {
+        let ep: EpisodeSpec =
+            toml::from_str("servers = \"all\"\nstart = \"5s\"\nend = \"6s\"").unwrap();
+        assert!(
+            ep.validate("e", 3)
+                .unwrap_err()
+                .to_string()
+                .contains("no effect")
+        );
+        let ep: EpisodeSpec =
+            toml::from_str("servers = \"all\"\nstart = \"5s\"\nend = \"1s\"\nslow = 2.0").unwrap();
+        assert!(
+            ep.validate("e", 3)
+                .unwrap_err()
+                .to_string()
+                .contains("e.end")
+        );
+    }
+}
