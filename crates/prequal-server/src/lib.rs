@@ -4,5 +4,22 @@
 //!
 //! - [`protocol`]: the probe protocol, both sides, with no async dependencies (the proxy and
 //!   the testbed reuse it); specified in `docs/probe-protocol.md`.
+//! - [`tracker`]: [`SharedTracker`], the core's load tracker made thread-safe (atomic RIF,
+//!   samples under a short lock).
+//! - [`layer`]: [`ProbeLayer`], a tower layer for hyper, axum and tonic servers that counts
+//!   requests in flight until their response body ends, records latency and outcome, and
+//!   answers probes.
+//! - [`serve`]: serving a tower service with HTTP/1.1 and h2c on one listener, with graceful
+//!   shutdown.
+//! - [`sidecar`]: [`Forward`], the transparent forwarder behind `prequal sidecar`.
 
+pub mod layer;
 pub mod protocol;
+pub mod serve;
+pub mod sidecar;
+pub mod tracker;
+
+pub use layer::{HintHook, ProbeLayer, ProbeService, TrackedBody};
+pub use serve::{BoxError, serve};
+pub use sidecar::{Forward, ProxyBody, UpstreamError};
+pub use tracker::{Clock, SharedTracker};

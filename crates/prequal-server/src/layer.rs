@@ -1,0 +1,423 @@
+//! A tower layer that tracks a server's load and answers Prequal probes.
+//!
+//! [`ProbeLayer`] wraps any `tower::Service<http::Request<_>>` returning `http::Response<_>`,
+//! so it fits hyper (through `hyper_util::service::TowerToHyperService`), axum
+//! (`Router::layer`) and tonic (`Server::builder().layer`) servers alike. For each request:
+//!
+//! - a request to [`PROBE_PATH`](crate::protocol::PROBE_PATH) is answered here, from the
+//!   [`SharedTracker`], and never reaches the service nor counts in flight; a malformed probe
+//!   gets 400 (405 for a method other than GET/HEAD) with the reason as text;
+//! - any other request counts in flight from arrival until its response **body** ends, because
+//!   a streamed response still occupies the replica (the paper counts a query until the
+//!   application hands its response back). The body is wrapped: its end (or the frame after
+//!   which it reports end of stream) records the latency and outcome; a body dropped before
+//!   its end (the client went away) only leaves the in-flight count, so a truncated latency
+//!   never enters the estimate;
+//! - the outcome is an error for a 5xx status, a service error, a body error, or a gRPC status
+//!   that signals a server fault (UNKNOWN, RESOURCE_EXHAUSTED, INTERNAL, UNAVAILABLE,
+//!   DATA_LOSS) in headers or trailers; DEADLINE_EXCEEDED is a timeout;
+//! - optionally ([`ProbeLayer::piggyback`], default off) every response carries the current
+//!   load in the [`LOAD_HEADER`](crate::protocol::LOAD_HEADER) header, so clients learn it
+//!   without probing.
+//!
+//! Sync-mode Prequal sends a query hint with its probes; [`ProbeLayer::hint_hook`] lets the
+//! replica adjust its reported load for that query (for example scale it down tenfold when the
+//! query's data is in its cache, as the paper describes for YouTube).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use prequal_core::EstimatorConfig;
+//! use prequal_server::{ProbeLayer, SharedTracker};
+//!
+//! let tracker = Arc::new(SharedTracker::new(EstimatorConfig::default()));
+//! let service = tower::ServiceBuilder::new()
+//!     .layer(ProbeLayer::new(Arc::clone(&tracker)).piggyback(true))
+//!     .service_fn(|_req: http::Request<String>| async {
+//!         Ok::<_, std::convert::Infallible>(http::Response::new(String::from("hello")))
+//!     });
+//! # let _ = service;
+//! ```
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+use prequal_core::{Arrival, LoadReport, Outcome};
+use tower::{Layer, Service};
+
+use crate::protocol::{self, LOAD_HEADER, PROBE_PATH, RequestError};
+use crate::tracker::SharedTracker;
+
+/// Adjusts the reported load for a query hint (sync mode): `(hint, report) -> report`.
+pub type HintHook = Arc<dyn Fn(u64, LoadReport) -> LoadReport + Send + Sync>;
+
+/// Builds [`ProbeService`]s that share one tracker. See the module docs.
+#[derive(Clone)]
+pub struct ProbeLayer {
+    config: Arc<LayerConfig>,
+}
+
+struct LayerConfig {
+    tracker: Arc<SharedTracker>,
+    piggyback: bool,
+    hint_hook: Option<HintHook>,
+}
+
+impl ProbeLayer {
+    /// A layer feeding `tracker`, answering probes, without piggybacking.
+    pub fn new(tracker: Arc<SharedTracker>) -> Self {
+        Self {
+            config: Arc::new(LayerConfig {
+                tracker,
+                piggyback: false,
+                hint_hook: None,
+            }),
+        }
+    }
+
+    /// Whether every response carries the load header (default `false`).
+    pub fn piggyback(self, on: bool) -> Self {
+        self.map_config(|c| c.piggyback = on)
+    }
+
+    /// Sets the hook that adjusts probe replies carrying a query hint (default: none, the
+    /// hint is ignored).
+    pub fn hint_hook(self, hook: HintHook) -> Self {
+        self.map_config(|c| c.hint_hook = Some(hook))
+    }
+
+    /// The tracker this layer feeds.
+    pub fn tracker(&self) -> &Arc<SharedTracker> {
+        &self.config.tracker
+    }
+
+    fn map_config(self, edit: impl FnOnce(&mut LayerConfig)) -> Self {
+        let mut config = LayerConfig {
+            tracker: Arc::clone(&self.config.tracker),
+            piggyback: self.config.piggyback,
+            hint_hook: self.config.hint_hook.clone(),
+        };
+        edit(&mut config);
+        Self {
+            config: Arc::new(config),
+        }
+    }
+}
+
+impl fmt::Debug for ProbeLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProbeLayer")
+            .field("rif", &self.config.tracker.rif())
+            .field("piggyback", &self.config.piggyback)
+            .field("hint_hook", &self.config.hint_hook.is_some())
+            .finish()
+    }
+}
+
+impl<S> Layer<S> for ProbeLayer {
+    type Service = ProbeService<S>;
+    fn layer(&self, inner: S) -> ProbeService<S> {
+        ProbeService {
+            inner,
+            config: Arc::clone(&self.config),
+        }
+    }
+}
+
+/// The service [`ProbeLayer`] builds: answers probes, tracks everything else.
+#[derive(Clone)]
+pub struct ProbeService<S> {
+    inner: S,
+    config: Arc<LayerConfig>,
+}
+
+impl<S: fmt::Debug> fmt::Debug for ProbeService<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProbeService")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, ReqB, ResB> Service<Request<ReqB>> for ProbeService<S>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>>,
+    ResB: Body,
+    ResB::Data: From<Bytes>,
+{
+    type Response = Response<TrackedBody<ResB>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqB>) -> Self::Future {
+        if request.uri().path() == PROBE_PATH {
+            let reply = probe_reply(&self.config, request.method(), request.uri().query());
+            return ResponseFuture {
+                state: State::Reply { reply: Some(reply) },
+            };
+        }
+        let tracker = Arc::clone(&self.config.tracker);
+        let arrival = tracker.on_arrival();
+        ResponseFuture {
+            state: State::Inner {
+                future: self.inner.call(request),
+                guard: Some(Guard {
+                    tracker,
+                    arrival: Some(arrival),
+                }),
+                piggyback: self.config.piggyback,
+            },
+        }
+    }
+}
+
+/// The status and text of a probe's answer.
+fn probe_reply(config: &LayerConfig, method: &Method, query: Option<&str>) -> (StatusCode, String) {
+    if method != Method::GET && method != Method::HEAD {
+        let error = RequestError::Method(method.to_string());
+        return (StatusCode::METHOD_NOT_ALLOWED, format!("{error}\n"));
+    }
+    match protocol::parse_probe_query(query) {
+        Ok(probe) => {
+            let mut report = config.tracker.report();
+            if let (Some(hint), Some(hook)) = (probe.hint, &config.hint_hook) {
+                report = hook(hint, report);
+            }
+            tracing::trace!(rif = report.rif, latency = ?report.latency, "probe answered");
+            let mut line = protocol::encode_reply(&report);
+            line.push('\n');
+            (StatusCode::OK, line)
+        }
+        Err(error) => {
+            tracing::debug!(%error, "malformed probe refused");
+            (StatusCode::BAD_REQUEST, format!("{error}\n"))
+        }
+    }
+}
+
+pin_project! {
+    /// The future of [`ProbeService::call`].
+    pub struct ResponseFuture<F> {
+        #[pin]
+        state: State<F>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F> {
+        Reply { reply: Option<(StatusCode, String)> },
+        Inner { #[pin] future: F, guard: Option<Guard>, piggyback: bool },
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+    B: Body,
+    B::Data: From<Bytes>,
+{
+    type Output = Result<Response<TrackedBody<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProj::Reply { reply } => {
+                let (status, text) = reply.take().unwrap_or_default();
+                let mut response = Response::new(TrackedBody::reply(Bytes::from(text)));
+                *response.status_mut() = status;
+                response.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static(protocol::REPLY_CONTENT_TYPE),
+                );
+                Poll::Ready(Ok(response))
+            }
+            StateProj::Inner {
+                future,
+                guard,
+                piggyback,
+            } => {
+                let result = ready!(future.poll(cx));
+                let Some(guard) = guard.take() else {
+                    // Polled again after completion: a contract breach by the caller.
+                    return Poll::Pending;
+                };
+                Poll::Ready(match result {
+                    Ok(response) => Ok(track_response(response, guard, *piggyback)),
+                    Err(error) => {
+                        guard.finish(Outcome::Error);
+                        Err(error)
+                    }
+                })
+            }
+        }
+    }
+}
+
+fn track_response<B: Body>(
+    response: Response<B>,
+    guard: Guard,
+    piggyback: bool,
+) -> Response<TrackedBody<B>> {
+    let (mut parts, body) = response.into_parts();
+    let outcome = if parts.status.is_server_error() {
+        Outcome::Error
+    } else {
+        grpc_outcome(&parts.headers)
+    };
+    if piggyback {
+        let line = protocol::encode_reply(&guard.tracker.report());
+        if let Ok(value) = HeaderValue::from_str(&line) {
+            parts.headers.insert(LOAD_HEADER, value);
+        }
+    }
+    let guard = if body.is_end_stream() {
+        guard.finish(outcome);
+        None
+    } else {
+        Some(guard)
+    };
+    let body = TrackedBody {
+        kind: Kind::Tracked {
+            body,
+            guard,
+            outcome,
+        },
+    };
+    Response::from_parts(parts, body)
+}
+
+/// The outcome a `grpc-status` header or trailer implies (success when absent).
+fn grpc_outcome(headers: &HeaderMap) -> Outcome {
+    match headers.get("grpc-status").map(HeaderValue::as_bytes) {
+        Some(b"4") => Outcome::Timeout,
+        Some(b"2" | b"8" | b"13" | b"14" | b"15") => Outcome::Error,
+        _ => Outcome::Success,
+    }
+}
+
+/// Keeps a query counted in flight until it is finished or dropped.
+struct Guard {
+    tracker: Arc<SharedTracker>,
+    arrival: Option<Arrival>,
+}
+
+impl Guard {
+    fn finish(mut self, outcome: Outcome) {
+        if let Some(arrival) = self.arrival.take() {
+            self.tracker.on_finish(arrival, outcome);
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Some(arrival) = self.arrival.take() {
+            self.tracker.on_abandon(arrival);
+        }
+    }
+}
+
+pin_project! {
+    /// A response body: either a probe reply, or the service's body, tracked until its end.
+    pub struct TrackedBody<B> {
+        #[pin]
+        kind: Kind<B>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<B> {
+        Reply { data: Option<Bytes> },
+        Tracked { #[pin] body: B, guard: Option<Guard>, outcome: Outcome },
+    }
+}
+
+impl<B> TrackedBody<B> {
+    fn reply(data: Bytes) -> Self {
+        Self {
+            kind: Kind::Reply { data: Some(data) },
+        }
+    }
+}
+
+impl<B> fmt::Debug for TrackedBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TrackedBody").finish_non_exhaustive()
+    }
+}
+
+impl<B> Body for TrackedBody<B>
+where
+    B: Body,
+    B::Data: From<Bytes>,
+{
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        match self.project().kind.project() {
+            KindProj::Reply { data } => {
+                Poll::Ready(data.take().map(|d| Ok(Frame::data(B::Data::from(d)))))
+            }
+            KindProj::Tracked {
+                mut body,
+                guard,
+                outcome,
+            } => {
+                let polled = ready!(body.as_mut().poll_frame(cx));
+                let ended = match &polled {
+                    None => true,
+                    Some(Err(_)) => {
+                        *outcome = Outcome::Error;
+                        true
+                    }
+                    Some(Ok(frame)) => {
+                        if let Some(trailers) = frame.trailers_ref() {
+                            if *outcome == Outcome::Success {
+                                *outcome = grpc_outcome(trailers);
+                            }
+                        }
+                        // hyper stops polling once a body says it has ended.
+                        body.is_end_stream()
+                    }
+                };
+                if ended {
+                    if let Some(guard) = guard.take() {
+                        guard.finish(*outcome);
+                    }
+                }
+                Poll::Ready(polled)
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Reply { data } => data.is_none(),
+            Kind::Tracked { body, .. } => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Reply { data } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+            Kind::Tracked { body, .. } => body.size_hint(),
+        }
+    }
+}

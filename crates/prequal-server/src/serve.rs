@@ -1,0 +1,81 @@
+//! Serving a tower service on a TCP listener: HTTP/1.1 and cleartext HTTP/2 (h2c) on the same
+//! port, with graceful shutdown.
+//!
+//! hyper-util's `auto` connection builder sniffs the HTTP/2 preface on each connection and
+//! serves whichever protocol the client speaks, so gRPC (HTTP/2) and plain HTTP/1.1 clients can
+//! share one listener. On shutdown the accept loop stops, every open connection is asked to
+//! finish its in-flight requests, and the loop waits up to a drain deadline for them.
+
+use std::error::Error as StdError;
+use std::future::Future;
+use std::time::Duration;
+
+use http::{Request, Response};
+use http_body::Body;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+
+/// A boxed error, as hyper and tower pass them around.
+pub type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// How long [`serve`] waits, after shutdown is asked, for open connections to finish.
+pub const DEFAULT_DRAIN: Duration = Duration::from_secs(5);
+
+/// Serves `service` on `listener` until `shutdown` completes, then drains open connections for
+/// at most `drain`. Connection-level errors (a client resetting, a bad preface) are logged and
+/// do not stop the server.
+pub async fn serve<S, B>(
+    listener: TcpListener,
+    service: S,
+    shutdown: impl Future<Output = ()>,
+    drain: Duration,
+) where
+    S: tower::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                // Typically out of file descriptors: back off instead of spinning.
+                tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        // Latency matters more than packet count for small RPCs.
+        let _ = stream.set_nodelay(true);
+        let connection = builder.serve_connection(
+            TokioIo::new(stream),
+            TowerToHyperService::new(service.clone()),
+        );
+        let connection = graceful.watch(connection.into_owned());
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%peer, %error, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(drain, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(?drain, "connections still open after the drain deadline");
+    }
+}
