@@ -20,6 +20,6 @@ pub mod sidecar;
 pub mod tracker;
 
 pub use layer::{HintHook, ProbeLayer, ProbeService, TrackedBody};
-pub use serve::{BoxError, serve};
+pub use serve::{BoxError, serve, shutdown_signal};
 pub use sidecar::{Forward, ProxyBody, UpstreamError};
 pub use tracker::{Clock, SharedTracker};

@@ -79,3 +79,31 @@ pub async fn serve<S, B>(
         tracing::warn!(?drain, "connections still open after the drain deadline");
     }
 }
+
+/// Completes on SIGINT (Ctrl-C) or, on Unix, SIGTERM: the usual way to stop a server.
+///
+/// If a signal handler cannot be installed, that signal is simply not waited for (the other
+/// one still is), so the server never stops on its own because of it.
+pub async fn shutdown_signal() {
+    let interrupt = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut stream) => {
+                stream.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {}
+        () = terminate => {}
+    }
+}

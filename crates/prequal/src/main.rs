@@ -4,6 +4,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 mod policies;
+mod sidecar;
 
 /// prequal: a latency-aware load balancer, its simulator, and its testbed.
 #[derive(Parser, Debug)]
@@ -17,11 +18,14 @@ struct Cli {
 enum Command {
     /// List every balancing policy with its signal, rule, parameters and defaults.
     Policies(policies::Args),
+    /// Track one replica's load and answer probes in front of it (HTTP/1.1 and HTTP/2).
+    Sidecar(sidecar::Args),
 }
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Policies(args) => policies::run(&args),
+        Command::Sidecar(args) => sidecar::run(&args),
     }
 }
