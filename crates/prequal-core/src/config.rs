@@ -156,6 +156,11 @@ macro_rules! policy_configs {
 policy_configs! {
     Random => random, "random";
     RoundRobin => round_robin, "round-robin";
+    WeightedRoundRobin => weighted_round_robin, "weighted-round-robin";
+    LeastLoaded => least_loaded, "least-loaded";
+    LeastLoadedP2c => least_loaded_p2c, "least-loaded-p2c";
+    PeakEwma => peak_ewma, "peak-ewma";
+    YarpP2c => yarp_p2c, "yarp-p2c";
     // (more policies are listed here as they land)
 }
 

@@ -1,0 +1,213 @@
+//! `least-loaded`: the replica with the fewest of this client's requests in flight.
+//!
+//! The client counts, per replica, the queries it has dispatched that have not completed yet
+//! (client-local RIF, from [`Policy::on_dispatch`] to [`Policy::on_complete`]) and sends each
+//! query to a replica with the minimum count. It needs no signal from the servers, so it reacts
+//! to a stalled replica as soon as that replica's queries pile up; but it only sees its own
+//! traffic, so many independent clients can still herd onto the same replica (the case the
+//! "power of two" experiment studies).
+//!
+//! Ties are common (at low load every count is zero), and they are broken in cyclic order: among
+//! the replicas with the minimum count, the first one after the last replica chosen, in id order,
+//! wrapping around. At low load this degrades to round robin instead of always hammering the
+//! lowest id. It takes no parameters. Source: the "least loaded" baseline of "Beyond Round Robin"
+//! and of the Prequal paper (section 5.2).
+
+use rand::RngCore;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{BuildPolicy, ConfigError, PolicyInfo};
+use crate::policy::{Completion, Pick, Policy, Query, QueryId, ReplicaView, Snapshot};
+use crate::replica::{ReplicaChange, ReplicaId, Replicas};
+use crate::time::Time;
+
+/// `least-loaded` takes no parameters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {}
+
+impl BuildPolicy for Config {
+    const INFO: PolicyInfo = PolicyInfo {
+        name: "least-loaded",
+        signal: "client-local requests in flight (RIF)",
+        rule: "minimum client-local RIF over all replicas; ties go to the first one after the \
+               last chosen, in cyclic id order",
+        source: "baseline (Beyond Round Robin; Prequal paper, section 5.2)",
+        params: &[],
+    };
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        Ok(())
+    }
+
+    fn build(&self) -> Box<dyn Policy> {
+        Box::new(LeastLoaded::default())
+    }
+}
+
+/// Client-local load of one replica, shared by the policies that count requests in flight.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LocalLoad {
+    /// Queries dispatched and not yet completed.
+    pub rif: u32,
+    /// Queries this client sent to the replica.
+    pub picks: u64,
+}
+
+impl LocalLoad {
+    /// A query was dispatched to the replica.
+    pub fn dispatched(&mut self) {
+        self.rif = self.rif.saturating_add(1);
+        self.picks = self.picks.saturating_add(1);
+    }
+
+    /// A query sent to the replica completed. A completion without a matching dispatch (a
+    /// driver bug, or a replica removed and re-added meanwhile) cannot take the count below 0.
+    pub fn completed(&mut self) {
+        self.rif = self.rif.saturating_sub(1);
+    }
+
+    /// The replica's row in a [`Snapshot`].
+    pub fn view(&self, id: ReplicaId, score: Option<f64>) -> ReplicaView {
+        ReplicaView {
+            id: Some(id),
+            local_rif: self.rif,
+            score,
+            picks: self.picks,
+            avoided: false,
+        }
+    }
+}
+
+/// Picks the minimum client-local RIF, breaking ties cyclically.
+#[derive(Debug, Default)]
+pub struct LeastLoaded {
+    replicas: Replicas<LocalLoad>,
+    last: Option<ReplicaId>,
+}
+
+impl LeastLoaded {
+    /// The position at which the cyclic scan starts: just after the last replica chosen.
+    fn scan_start(&self) -> usize {
+        let ids = self.replicas.ids();
+        match self.last {
+            Some(last) => ids.partition_point(|id| *id <= last) % ids.len(),
+            None => 0,
+        }
+    }
+}
+
+impl Policy for LeastLoaded {
+    fn name(&self) -> &'static str {
+        Config::INFO.name
+    }
+
+    fn on_replica_change(&mut self, change: ReplicaChange, _now: Time) {
+        self.replicas.apply(change, LocalLoad::default);
+    }
+
+    fn pick(&mut self, _query: &Query, _now: Time, _rng: &mut dyn RngCore) -> Pick {
+        let n = self.replicas.len();
+        if n == 0 {
+            return Pick::NoReplica;
+        }
+        let start = self.scan_start();
+        // Strictly smaller wins, so among equals the first in cyclic order stays.
+        let best = (0..n)
+            .map(|k| (start + k) % n)
+            .min_by_key(|&i| self.replicas.at(i).rif)
+            .unwrap_or(start);
+        let id = self.replicas.id_at(best);
+        tracing::trace!(replica = %id, rif = self.replicas.at(best).rif, "least-loaded pick");
+        self.last = Some(id);
+        Pick::Replica(id)
+    }
+
+    fn on_dispatch(&mut self, replica: ReplicaId, _query: QueryId, _now: Time) {
+        if let Some(load) = self.replicas.get_mut(replica) {
+            load.dispatched();
+        }
+    }
+
+    fn on_complete(&mut self, replica: ReplicaId, _completion: &Completion, _now: Time) {
+        if let Some(load) = self.replicas.get_mut(replica) {
+            load.completed();
+        }
+    }
+
+    fn snapshot(&self, _now: Time) -> Snapshot {
+        Snapshot {
+            policy: self.name(),
+            replicas: self
+                .replicas
+                .iter()
+                .map(|(id, load)| load.view(id, Some(f64::from(load.rif))))
+                .collect(),
+            ..Snapshot::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Outcome;
+    use crate::testing::{pick_n, rng, with_replicas};
+    use std::time::Duration;
+
+    fn dispatch(policy: &mut dyn Policy, id: u32, times: u64) {
+        for q in 0..times {
+            policy.on_dispatch(ReplicaId(id), QueryId(q), Time::ZERO);
+        }
+    }
+
+    fn complete(policy: &mut dyn Policy, id: u32) {
+        let done = Completion {
+            query: QueryId(0),
+            latency: Duration::from_millis(1),
+            outcome: Outcome::Success,
+        };
+        policy.on_complete(ReplicaId(id), &done, Time::ZERO);
+    }
+
+    #[test]
+    fn picks_the_minimum_rif() {
+        let mut policy = with_replicas(Config::default().build(), 0..4);
+        dispatch(&mut *policy, 0, 3);
+        dispatch(&mut *policy, 1, 1);
+        dispatch(&mut *policy, 2, 2);
+        dispatch(&mut *policy, 3, 2);
+        assert_eq!(pick_n(&mut *policy, 1), vec![1]);
+        complete(&mut *policy, 3);
+        complete(&mut *policy, 3);
+        assert_eq!(pick_n(&mut *policy, 1), vec![3]);
+        let snap = policy.snapshot(Time::ZERO);
+        assert_eq!(snap.replicas[0].local_rif, 3);
+        assert_eq!(snap.replicas[0].picks, 3);
+    }
+
+    #[test]
+    fn ties_go_to_the_next_replica_after_the_last_chosen() {
+        let mut policy = with_replicas(Config::default().build(), [2, 4, 6, 8]);
+        // All idle: ties everywhere, so it cycles like round robin.
+        assert_eq!(pick_n(&mut *policy, 5), vec![2, 4, 6, 8, 2]);
+        // 4 and 8 tie at the minimum; the last chosen was 2, so 4 comes next, then 8.
+        dispatch(&mut *policy, 6, 1);
+        dispatch(&mut *policy, 2, 1);
+        assert_eq!(pick_n(&mut *policy, 3), vec![4, 8, 4]);
+        // A membership change keeps "next after the last" well defined.
+        policy.on_replica_change(ReplicaChange::Remove(ReplicaId(8)), Time::ZERO);
+        policy.on_replica_change(ReplicaChange::Insert(ReplicaId(5)), Time::ZERO);
+        assert_eq!(pick_n(&mut *policy, 2), vec![5, 4]);
+        let _ = rng(0);
+    }
+
+    #[test]
+    fn empty_set_has_no_replica_and_unknown_feedback_is_ignored() {
+        let mut policy = Config::default().build();
+        dispatch(&mut *policy, 9, 1);
+        complete(&mut *policy, 9);
+        let q = Query::default();
+        assert_eq!(policy.pick(&q, Time::ZERO, &mut rng(1)), Pick::NoReplica);
+    }
+}
