@@ -284,3 +284,53 @@ fn min_samples_changes_the_low_rate_fallback() {
     }
     assert_eq!(est.estimate(0, Time::from_secs(100)), Some(ms(1)));
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn true_median(mut values: Vec<u64>) -> u64 {
+        values.sort_unstable();
+        let mid = values.len() / 2;
+        if values.len() % 2 == 1 {
+            values[mid]
+        } else {
+            values[mid - 1] + (values[mid] - values[mid - 1]) / 2
+        }
+    }
+
+    proptest! {
+        /// Up to one ring of samples at one RIF, all recent: the estimate is their exact median.
+        #[test]
+        fn one_bucket_gives_the_exact_median(latencies in prop::collection::vec(1u64..1_000_000, 1..=32)) {
+            let mut est = estimator();
+            let now = Time::from_secs(3);
+            for &us in &latencies {
+                est.record(4, Duration::from_micros(us), now);
+            }
+            let expected = true_median(latencies.iter().map(|us| us * 1_000).collect());
+            prop_assert_eq!(est.estimate(4, now), Some(Duration::from_nanos(expected)));
+        }
+
+        /// Whatever was recorded, wherever it is asked, the estimate is one of the recorded
+        /// latencies or between two of them.
+        #[test]
+        fn estimate_stays_within_the_recorded_range(
+            samples in prop::collection::vec((0u32..100, 1u64..100_000, 0u64..5_000), 1..300),
+            ask_rif in 0u32..500,
+            ask_after_us in 0u64..100_000,
+        ) {
+            let mut est = estimator();
+            let mut now = Time::ZERO;
+            for &(rif, latency_us, gap_us) in &samples {
+                now = now + Duration::from_micros(gap_us);
+                est.record(rif, Duration::from_micros(latency_us), now);
+            }
+            let low = samples.iter().map(|s| s.1).min().unwrap_or(0);
+            let high = samples.iter().map(|s| s.1).max().unwrap_or(0);
+            let estimate = est.estimate(ask_rif, now + Duration::from_micros(ask_after_us));
+            let us = estimate.map(|d| d.as_micros() as u64);
+            prop_assert!(matches!(us, Some(v) if (low..=high).contains(&v)), "{:?} not in {}..={}", us, low, high);
+        }
+    }
+}
