@@ -161,6 +161,10 @@ policy_configs! {
     LeastLoadedP2c => least_loaded_p2c, "least-loaded-p2c";
     PeakEwma => peak_ewma, "peak-ewma";
     YarpP2c => yarp_p2c, "yarp-p2c";
+    Linear => linear, "linear";
+    C3 => c3, "c3";
+    Prequal => prequal, "prequal";
+    PrequalSync => prequal_sync, "prequal-sync";
     // (more policies are listed here as they land)
 }
 

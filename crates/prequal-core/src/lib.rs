@@ -31,6 +31,7 @@ pub mod policies;
 pub mod policy;
 pub mod replica;
 pub mod retry_budget;
+pub mod rounding;
 pub mod slow_start;
 pub mod time;
 

@@ -4,10 +4,17 @@
 //! [`crate::config::BuildPolicy`]) and the policy type it builds. The policies are listed, with
 //! their signal and rule, in docs/policies.md and by `prequal policies`.
 
+pub mod c3;
 pub mod least_loaded;
 pub mod least_loaded_p2c;
+pub mod linear;
 pub mod peak_ewma;
+pub mod prequal;
 pub mod random;
 pub mod round_robin;
 pub mod weighted_round_robin;
 pub mod yarp_p2c;
+
+/// `prequal-sync` lives beside `prequal` in its folder; this alias gives it a module path of
+/// its own.
+pub use prequal::sync as prequal_sync;

@@ -1,0 +1,163 @@
+//! Error aversion: keeping a fast-failing replica from sinkholing traffic.
+//!
+//! A replica that answers many queries with quick errors reports a low RIF and a low latency,
+//! so a latency- or RIF-driven rule would send it ever more traffic (the Prequal paper, section
+//! 4, calls this sinkholing; it omits its own heuristics, so this rule is ours).
+//!
+//! For each replica the client keeps a time-decayed count of finished queries and of failed ones
+//! (errors and timeouts). Both decay by `exp(−Δt/τ)` with the time constant τ (`error_decay`,
+//! default 5 s). The error share is
+//!
+//! ```text
+//! share = errors / (queries + 20)
+//! ```
+//!
+//! where the 20 is a prior of successful queries: two or three stray errors on a quiet replica
+//! do not condemn it, while a replica failing half its queries crosses the threshold after a few
+//! dozen. A replica is *avoided* while its share exceeds `error_threshold` (default 0.1). The
+//! selection rules rank its probe replies after every reply from a replica that is not avoided,
+//! and the random fallback skips it when any other replica is available, so it receives almost no
+//! traffic. Because avoided replicas get no new outcomes, both counts simply decay, the prior
+//! comes to dominate, and the share falls below the threshold: after a few τ the replica is
+//! tried again, and avoided again at once if it still fails.
+
+use std::time::Duration;
+
+use rand::{Rng, RngCore};
+
+use crate::policy::Outcome;
+use crate::replica::{ReplicaId, Replicas};
+use crate::time::Time;
+
+/// Pseudo-count of successful queries added to the denominator of the error share.
+pub const PRIOR_QUERIES: f64 = 20.0;
+
+/// The error-aversion rule's parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Aversion {
+    /// A replica whose error share exceeds this is avoided (1.0 disables aversion).
+    pub threshold: f64,
+    /// Time constant of the exponential decay of the counts.
+    pub decay: Duration,
+}
+
+/// What a probing client knows about one replica from its own traffic.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ReplicaLoad {
+    /// Queries this client has in flight at the replica.
+    pub local_rif: u32,
+    /// Queries this client sent to the replica.
+    pub picks: u64,
+    /// Decayed count of finished queries.
+    queries: f64,
+    /// Decayed count of failed queries.
+    errors: f64,
+    /// When the counts were last decayed.
+    updated: Time,
+}
+
+impl ReplicaLoad {
+    /// A query was dispatched to the replica.
+    pub fn on_dispatch(&mut self) {
+        self.local_rif = self.local_rif.saturating_add(1);
+    }
+
+    /// A query sent to the replica finished with `outcome`.
+    pub fn on_complete(&mut self, outcome: Outcome, now: Time, aversion: &Aversion) {
+        self.local_rif = self.local_rif.saturating_sub(1);
+        let keep = self.decay_factor(now, aversion);
+        self.queries = self.queries * keep + 1.0;
+        self.errors = self.errors * keep + if outcome.is_failure() { 1.0 } else { 0.0 };
+        self.updated = now.max(self.updated);
+    }
+
+    /// The decayed error share at `now`.
+    pub fn error_share(&self, now: Time, aversion: &Aversion) -> f64 {
+        let keep = self.decay_factor(now, aversion);
+        self.errors * keep / (self.queries * keep + PRIOR_QUERIES)
+    }
+
+    /// Whether the replica is avoided at `now`.
+    pub fn avoided(&self, now: Time, aversion: &Aversion) -> bool {
+        self.error_share(now, aversion) > aversion.threshold
+    }
+
+    fn decay_factor(&self, now: Time, aversion: &Aversion) -> f64 {
+        let tau = aversion.decay.as_secs_f64();
+        if tau <= 0.0 {
+            return 0.0;
+        }
+        (-now.saturating_since(self.updated).as_secs_f64() / tau).exp()
+    }
+}
+
+/// A uniformly random replica, preferring those that are not avoided; `None` when the set is
+/// empty.
+pub fn random_replica(
+    replicas: &Replicas<ReplicaLoad>,
+    now: Time,
+    aversion: &Aversion,
+    rng: &mut dyn RngCore,
+) -> Option<ReplicaId> {
+    let healthy: Vec<ReplicaId> = replicas
+        .iter()
+        .filter(|(_, load)| !load.avoided(now, aversion))
+        .map(|(id, _)| id)
+        .collect();
+    if !healthy.is_empty() {
+        return Some(healthy[rng.random_range(0..healthy.len())]);
+    }
+    if replicas.is_empty() {
+        return None;
+    }
+    Some(replicas.id_at(rng.random_range(0..replicas.len())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const AVERSION: Aversion = Aversion {
+        threshold: 0.1,
+        decay: Duration::from_secs(5),
+    };
+
+    #[test]
+    fn a_few_errors_are_tolerated_many_are_avoided_then_forgiven() {
+        let mut load = ReplicaLoad::default();
+        let t = Time::from_secs(1);
+        for _ in 0..2 {
+            load.on_dispatch();
+            load.on_complete(Outcome::Error, t, &AVERSION);
+        }
+        assert!(!load.avoided(t, &AVERSION), "two stray errors");
+        for i in 0..40 {
+            let outcome = if i % 2 == 0 {
+                Outcome::Error
+            } else {
+                Outcome::Success
+            };
+            load.on_complete(outcome, t, &AVERSION);
+        }
+        assert!(load.avoided(t, &AVERSION));
+        assert!(load.avoided(Time::from_secs(3), &AVERSION));
+        assert!(!load.avoided(Time::from_secs(30), &AVERSION), "decays back");
+        assert_eq!(load.local_rif, 0);
+    }
+
+    #[test]
+    fn random_fallback_skips_avoided_replicas() {
+        let mut replicas = Replicas::new();
+        let mut bad = ReplicaLoad::default();
+        for _ in 0..50 {
+            bad.on_complete(Outcome::Timeout, Time::ZERO, &AVERSION);
+        }
+        replicas.insert(ReplicaId(0), bad);
+        replicas.insert(ReplicaId(1), ReplicaLoad::default());
+        let mut rng = crate::testing::rng(1);
+        for _ in 0..20 {
+            let id = random_replica(&replicas, Time::ZERO, &AVERSION, &mut rng);
+            assert_eq!(id, Some(ReplicaId(1)));
+        }
+    }
+}

@@ -1,0 +1,229 @@
+//! The hot-cold lexicographic (HCL) rule and its RIF-quantile estimate.
+//!
+//! The client keeps the RIF values of its most recent [`HISTORY_LEN`] probe replies (about 40
+//! queries' worth at the default three probes per query: recent enough to follow load, large
+//! enough that the 0.84 quantile is not one sample's whim). A reply is *hot* when its RIF is
+//! above the `q_rif` quantile of that history (nearest-rank), *cold* otherwise. Selection is
+//! lexicographic: if any reply is cold, the cold reply with the lowest latency wins (ties to the
+//! lower RIF); if all are hot, the lowest RIF wins (ties to the lower latency). The two ends are
+//! exact: `q_rif = 1` calls nothing hot (latency-only control) and `q_rif = 0` calls everything
+//! hot (RIF-only control). Prequal paper, section 4, "Replica selection".
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use super::aversion::ReplicaLoad;
+use super::pool::Entry;
+use super::probing::{Rank, Rule};
+use crate::policy::LoadReport;
+use crate::replica::ReplicaId;
+use crate::time::Time;
+
+/// How many recent reply RIFs the quantile is estimated from.
+pub const HISTORY_LEN: usize = 128;
+
+/// Which RIF values count as hot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Threshold {
+    /// Nothing is hot (`q_rif = 1`, or no history yet).
+    AllCold,
+    /// Everything is hot (`q_rif = 0`).
+    AllHot,
+    /// A RIF above this value is hot.
+    Above(u32),
+}
+
+impl Threshold {
+    /// Whether a reply with this RIF is hot.
+    pub fn is_hot(self, rif: u32) -> bool {
+        match self {
+            Threshold::AllCold => false,
+            Threshold::AllHot => true,
+            Threshold::Above(limit) => rif > limit,
+        }
+    }
+
+    /// The threshold as a number for snapshots (infinite when nothing can be hot, −1 when
+    /// everything is; snapshots leave out the infinite case).
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Threshold::AllCold => f64::INFINITY,
+            Threshold::AllHot => -1.0,
+            Threshold::Above(limit) => f64::from(limit),
+        }
+    }
+}
+
+/// A bounded history of recently reported RIF values.
+#[derive(Clone, Debug, Default)]
+pub struct RifHistory {
+    recent: VecDeque<u32>,
+}
+
+impl RifHistory {
+    /// Records a reported RIF, forgetting the oldest beyond [`HISTORY_LEN`].
+    pub fn push(&mut self, rif: u32) {
+        if self.recent.len() >= HISTORY_LEN {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(rif);
+    }
+
+    /// Number of values held.
+    pub fn len(&self) -> usize {
+        self.recent.len()
+    }
+
+    /// True when nothing was recorded yet.
+    pub fn is_empty(&self) -> bool {
+        self.recent.is_empty()
+    }
+
+    /// The hot threshold for quantile `q` (nearest-rank: the smallest value with at least a
+    /// share `q` of the history at or below it).
+    pub fn threshold(&self, q: f64) -> Threshold {
+        if q >= 1.0 || self.recent.is_empty() {
+            return Threshold::AllCold;
+        }
+        if q <= 0.0 {
+            return Threshold::AllHot;
+        }
+        let mut sorted: Vec<u32> = self.recent.iter().copied().collect();
+        sorted.sort_unstable();
+        let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+        Threshold::Above(sorted[rank - 1])
+    }
+}
+
+/// The HCL rank of a reply with `rif` and `latency` under `threshold`.
+pub fn hcl_rank(threshold: Threshold, rif: u32, latency: Duration) -> Rank {
+    let hot = threshold.is_hot(rif);
+    let latency = latency.as_secs_f64();
+    let rif = f64::from(rif);
+    if hot {
+        Rank {
+            hot: true,
+            key: rif,
+            tie: latency,
+        }
+    } else {
+        Rank {
+            hot: false,
+            key: latency,
+            tie: rif,
+        }
+    }
+}
+
+/// The HCL selection rule for the async engine.
+#[derive(Clone, Debug)]
+pub struct Hcl {
+    q_rif: f64,
+    history: RifHistory,
+}
+
+impl Hcl {
+    /// The rule with quantile `q_rif` (in [0, 1]).
+    pub fn new(q_rif: f64) -> Self {
+        Self {
+            q_rif,
+            history: RifHistory::default(),
+        }
+    }
+}
+
+impl Rule for Hcl {
+    type Context = Threshold;
+    const NAME: &'static str = "prequal";
+
+    fn on_reply(&mut self, _replica: ReplicaId, report: &LoadReport, _now: Time) {
+        self.history.push(report.rif);
+    }
+
+    fn context(&self) -> Threshold {
+        self.history.threshold(self.q_rif)
+    }
+
+    fn rank(&self, cx: &Threshold, entry: &Entry, _load: &ReplicaLoad) -> Rank {
+        hcl_rank(*cx, entry.rif, entry.latency)
+    }
+
+    fn values(&self, cx: &Threshold) -> Vec<(&'static str, f64)> {
+        let mut values = vec![("q_rif", self.q_rif)];
+        if *cx != Threshold::AllCold {
+            values.push(("hot_rif_threshold", cx.as_f64()));
+        }
+        values
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn history(values: &[u32]) -> RifHistory {
+        let mut h = RifHistory::default();
+        for v in values {
+            h.push(*v);
+        }
+        h
+    }
+
+    #[test]
+    fn quantile_is_nearest_rank_and_bounded() {
+        let h = history(&[5, 1, 4, 2, 3, 6, 7, 8, 9, 10]);
+        assert_eq!(h.threshold(0.84), Threshold::Above(9));
+        assert_eq!(h.threshold(0.5), Threshold::Above(5));
+        assert_eq!(h.threshold(0.01), Threshold::Above(1));
+        assert_eq!(h.threshold(1.0), Threshold::AllCold);
+        assert_eq!(h.threshold(0.0), Threshold::AllHot);
+        assert_eq!(RifHistory::default().threshold(0.5), Threshold::AllCold);
+        let mut long = RifHistory::default();
+        for v in 0..1000 {
+            long.push(v);
+        }
+        assert_eq!(long.len(), HISTORY_LEN);
+        assert_eq!(
+            long.threshold(0.01),
+            Threshold::Above(1000 - HISTORY_LEN as u32 + 1)
+        );
+    }
+
+    #[test]
+    fn cold_beats_hot_and_each_side_sorts_on_its_own_signal() {
+        let t = Threshold::Above(3);
+        let ms = Duration::from_millis;
+        let cold_slow = hcl_rank(t, 3, ms(90));
+        let cold_fast = hcl_rank(t, 2, ms(10));
+        let hot_light = hcl_rank(t, 4, ms(1));
+        let hot_heavy = hcl_rank(t, 9, ms(1));
+        assert!(cold_fast.order(&cold_slow).is_lt());
+        assert!(cold_slow.order(&hot_light).is_lt());
+        assert!(hot_light.order(&hot_heavy).is_lt());
+    }
+
+    proptest! {
+        /// Whenever a cold reply is present the minimum is cold; when all are hot the minimum
+        /// has the lowest RIF.
+        #[test]
+        fn never_picks_hot_when_cold_exists(
+            replies in proptest::collection::vec((0u32..20, 0u64..1000), 1..16),
+            limit in 0u32..20,
+        ) {
+            let t = Threshold::Above(limit);
+            let ranks: Vec<Rank> = replies
+                .iter()
+                .map(|&(rif, us)| hcl_rank(t, rif, Duration::from_micros(us)))
+                .collect();
+            let best = ranks.iter().min_by(|a, b| a.order(b)).copied();
+            let any_cold = replies.iter().any(|&(rif, _)| rif <= limit);
+            let best = best.ok_or_else(|| TestCaseError::fail("no best"))?;
+            prop_assert_eq!(best.hot, !any_cold);
+            if !any_cold {
+                let min_rif = replies.iter().map(|r| r.0).min().unwrap_or(0);
+                prop_assert_eq!(best.key, f64::from(min_rif));
+            }
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! `prequal`: asynchronous probing, a probe pool, and the hot-cold lexicographic rule.
+//!
+//! Prequal (Wydrowski et al., "Load is not what you should balance: Introducing Prequal",
+//! NSDI 2024, section 4) balances on two signals that replicas report when probed: requests in
+//! flight (RIF) and a latency estimate at the current RIF. Probing is taken off the query's path:
+//!
+//! - **Probing.** Each query triggers `probe_rate` probes (r_probe, default 3; fractional rates
+//!   are rounded deterministically so the long-run average is exact, see
+//!   [`crate::rounding`]) to replicas sampled uniformly without replacement. An idle client sends
+//!   one probe every `max_idle` (default 100 ms, a tenth of the age limit, so about ten fresh
+//!   replies survive an idle spell). Probes time out after `probe_timeout` (default 3 ms).
+//! - **Pool.** At most `pool_size` replies (m = 16), oldest evicted first, none older than
+//!   `max_age` (1 s). Each reply may be used b_reuse = max{1, (1+δ)/((1 − m/n)·r_probe −
+//!   r_remove)} times (δ = `delta`, default 1; randomly rounded per reply; capped at m, which is
+//!   also the value when the denominator is ≤ 0, see [`probing::b_reuse`]). Using a reply adds
+//!   one to its RIF, accounting for the query this client just sent there.
+//! - **Removal.** `remove_rate` (r_remove, default 1) replies per query, alternating between the
+//!   oldest and the worst (the highest RIF among hot replies if any is hot, else the highest
+//!   latency among cold ones).
+//! - **Selection (HCL).** A reply is hot when its RIF exceeds the `q_rif` quantile (default
+//!   2^−0.25 ≈ 0.84) of recently reported RIFs. The cold reply with the lowest latency wins; if
+//!   all are hot, the lowest RIF wins. With fewer than two replies, a uniformly random replica.
+//!   See [`hcl`].
+//! - **Error aversion.** Replies from replicas whose recent error share exceeds
+//!   `error_threshold` rank after all others, so a replica that fails fast cannot sinkhole
+//!   traffic. See [`aversion`].
+//!
+//! The engine ([`probing::AsyncProbing`]) is shared with `linear` and `c3`, which replace only
+//! the ranking rule. Sync mode, with no pool, is [`sync`] (`prequal-sync`).
+//!
+//! ```
+//! use prequal_core::{BuildPolicy, LoadReport, Pick, Query, QueryId, ReplicaChange, ReplicaId, Time};
+//! use prequal_core::policies::prequal::Config;
+//! use rand::SeedableRng;
+//! use std::time::Duration;
+//!
+//! let mut policy = Config::default().build();
+//! let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+//! for id in 0..4 {
+//!     policy.on_replica_change(ReplicaChange::Insert(ReplicaId(id)), Time::ZERO);
+//! }
+//! let query = Query { id: QueryId(1), hint: None };
+//! // An empty pool: a random replica, and three probes to send.
+//! assert!(matches!(policy.pick(&query, Time::ZERO, &mut rng), Pick::Replica(_)));
+//! let now = Time::from_millis(1);
+//! while let Some(probe) = policy.poll_probe(now, &mut rng) {
+//!     let fast = probe.replica == ReplicaId(2);
+//!     let report = LoadReport {
+//!         rif: 1,
+//!         latency: Duration::from_millis(if fast { 1 } else { 20 }),
+//!         ..LoadReport::default()
+//!     };
+//!     policy.on_probe_reply(&probe, &report, now, &mut rng);
+//! }
+//! let snapshot = policy.snapshot(now);
+//! assert_eq!(snapshot.pool.len(), 3);
+//! ```
+
+pub mod aversion;
+pub mod hcl;
+pub mod params;
+pub mod pool;
+pub mod probing;
+pub mod sync;
+
+#[cfg(test)]
+mod sync_tests;
+#[cfg(test)]
+mod tests;
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{BuildPolicy, ConfigError, PolicyInfo};
+use crate::policy::Policy;
+use aversion::Aversion;
+use hcl::Hcl;
+use probing::{AsyncProbing, ProbingParams};
+
+/// The `prequal` policy: async probing with the HCL rule.
+pub type Prequal = AsyncProbing<Hcl>;
+
+/// `prequal` parameters. Every key is optional; defaults are those of the paper's testbed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Probes per query (r_probe), default 3.0.
+    pub probe_rate: f64,
+    /// Most replies in the pool (m), default 16.
+    pub pool_size: u32,
+    /// Age limit of a reply, default 1 s.
+    #[serde(with = "humantime_serde")]
+    pub max_age: Duration,
+    /// δ in the b_reuse formula, default 1.0.
+    pub delta: f64,
+    /// Replies removed per query (r_remove), default 1.0.
+    pub remove_rate: f64,
+    /// RIF quantile above which a reply is hot, default 2^−0.25.
+    pub q_rif: f64,
+    /// Idle-probe period, default 100 ms.
+    #[serde(with = "humantime_serde")]
+    pub max_idle: Duration,
+    /// Probe timeout, default 3 ms.
+    #[serde(with = "humantime_serde")]
+    pub probe_timeout: Duration,
+    /// Error share above which a replica is avoided, default 0.1.
+    pub error_threshold: f64,
+    /// Time constant of the error-share decay, default 5 s.
+    #[serde(with = "humantime_serde")]
+    pub error_decay: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            probe_rate: params::PROBE_RATE,
+            pool_size: params::POOL_SIZE,
+            max_age: params::MAX_AGE,
+            delta: params::DELTA,
+            remove_rate: params::REMOVE_RATE,
+            q_rif: params::Q_RIF,
+            max_idle: params::MAX_IDLE,
+            probe_timeout: params::PROBE_TIMEOUT,
+            error_threshold: params::ERROR_THRESHOLD,
+            error_decay: params::ERROR_DECAY,
+        }
+    }
+}
+
+impl Config {
+    /// The engine parameters.
+    pub fn probing(&self) -> ProbingParams {
+        ProbingParams {
+            probe_rate: self.probe_rate,
+            pool_size: self.pool_size,
+            max_age: self.max_age,
+            delta: self.delta,
+            remove_rate: self.remove_rate,
+            max_idle: self.max_idle,
+            probe_timeout: self.probe_timeout,
+            aversion: Aversion {
+                threshold: self.error_threshold,
+                decay: self.error_decay,
+            },
+        }
+    }
+}
+
+/// Checks that `q_rif` is a quantile.
+pub fn validate_q_rif(policy: &'static str, q_rif: f64) -> Result<(), ConfigError> {
+    if (0.0..=1.0).contains(&q_rif) {
+        Ok(())
+    } else {
+        Err(ConfigError::invalid(
+            policy,
+            "q_rif",
+            format!("must be between 0 and 1, got {q_rif}"),
+        ))
+    }
+}
+
+impl BuildPolicy for Config {
+    const INFO: PolicyInfo = PolicyInfo {
+        name: "prequal",
+        signal: "probed RIF and latency",
+        rule: "async probe pool; the cold reply with the lowest latency, or the lowest RIF if all \
+               are hot (HCL)",
+        source: "Prequal paper (NSDI 2024), section 4",
+        params: &[
+            params::PROBE_RATE_DOC,
+            params::POOL_SIZE_DOC,
+            params::MAX_AGE_DOC,
+            params::DELTA_DOC,
+            params::REMOVE_RATE_DOC,
+            params::Q_RIF_DOC,
+            params::MAX_IDLE_DOC,
+            params::PROBE_TIMEOUT_DOC,
+            params::ERROR_THRESHOLD_DOC,
+            params::ERROR_DECAY_DOC,
+        ],
+    };
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        self.probing().validate(Self::INFO.name)?;
+        validate_q_rif(Self::INFO.name, self.q_rif)
+    }
+
+    fn build(&self) -> Box<dyn Policy> {
+        Box::new(Prequal::new(self.probing(), Hcl::new(self.q_rif)))
+    }
+}

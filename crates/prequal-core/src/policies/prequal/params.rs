@@ -1,0 +1,93 @@
+//! Defaults and documentation of the parameters the probing policies share.
+//!
+//! Every default here is also written, as TOML, in the matching [`ParamDoc`]; a test in
+//! `config.rs` checks the two agree.
+
+use std::time::Duration;
+
+use crate::config::ParamDoc;
+
+/// Default probes per query (r_probe), as in the paper's testbed.
+pub const PROBE_RATE: f64 = 3.0;
+/// Default pool size m: the paper found 16 enough, with modest gains beyond.
+pub const POOL_SIZE: u32 = 16;
+/// Default age limit of a reply.
+pub const MAX_AGE: Duration = Duration::from_secs(1);
+/// Default δ in the b_reuse formula.
+pub const DELTA: f64 = 1.0;
+/// Default replies removed per query (r_remove).
+pub const REMOVE_RATE: f64 = 1.0;
+/// Default q_rif = 2^−0.25.
+pub const Q_RIF: f64 = 0.840_896_415_253_714_5;
+/// Default idle-probe period: a tenth of the age limit, so an idle client, sending one probe
+/// per period, still holds about ten fresh replies, well above the two HCL needs.
+pub const MAX_IDLE: Duration = Duration::from_millis(100);
+/// Default probe timeout (a datacenter round trip plus slack).
+pub const PROBE_TIMEOUT: Duration = Duration::from_millis(3);
+/// Default error share above which a replica is avoided.
+pub const ERROR_THRESHOLD: f64 = 0.1;
+/// Default time constant of the error-share decay.
+pub const ERROR_DECAY: Duration = Duration::from_secs(5);
+
+/// `probe_rate`.
+pub const PROBE_RATE_DOC: ParamDoc = ParamDoc {
+    key: "probe_rate",
+    default: "3.0",
+    doc: "probes sent per query (r_probe), > 0; fractional values round deterministically, \
+          so 0.5 means one probe every other query",
+};
+/// `pool_size`.
+pub const POOL_SIZE_DOC: ParamDoc = ParamDoc {
+    key: "pool_size",
+    default: "16",
+    doc: "most probe replies kept (m), >= 1; a new reply evicts the oldest",
+};
+/// `max_age`.
+pub const MAX_AGE_DOC: ParamDoc = ParamDoc {
+    key: "max_age",
+    default: "\"1s\"",
+    doc: "replies older than this are dropped, > 0",
+};
+/// `delta`.
+pub const DELTA_DOC: ParamDoc = ParamDoc {
+    key: "delta",
+    default: "1.0",
+    doc: "δ > 0 in b_reuse = max{1, (1+δ)/((1−m/n)·r_probe − r_remove)}, capped at m (also \
+          when the denominator is <= 0)",
+};
+/// `remove_rate`.
+pub const REMOVE_RATE_DOC: ParamDoc = ParamDoc {
+    key: "remove_rate",
+    default: "1.0",
+    doc: "replies removed per query (r_remove), >= 0, alternating oldest and worst",
+};
+/// `q_rif`.
+pub const Q_RIF_DOC: ParamDoc = ParamDoc {
+    key: "q_rif",
+    default: "0.8408964152537145",
+    doc: "RIF quantile above which a reply is hot, in [0, 1]; 0 = RIF-only, 1 = latency-only",
+};
+/// `max_idle`.
+pub const MAX_IDLE_DOC: ParamDoc = ParamDoc {
+    key: "max_idle",
+    default: "\"100ms\"",
+    doc: "an idle client sends one probe after this long without probing, > 0",
+};
+/// `probe_timeout`.
+pub const PROBE_TIMEOUT_DOC: ParamDoc = ParamDoc {
+    key: "probe_timeout",
+    default: "\"3ms\"",
+    doc: "a probe not answered within this is counted as failed, > 0",
+};
+/// `error_threshold`.
+pub const ERROR_THRESHOLD_DOC: ParamDoc = ParamDoc {
+    key: "error_threshold",
+    default: "0.1",
+    doc: "a replica whose decayed error share exceeds this is avoided, in [0, 1]; 1 disables",
+};
+/// `error_decay`.
+pub const ERROR_DECAY_DOC: ParamDoc = ParamDoc {
+    key: "error_decay",
+    default: "\"5s\"",
+    doc: "time constant of the error-share decay, > 0; an avoided replica recovers in a few",
+};

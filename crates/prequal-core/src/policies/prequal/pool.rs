@@ -1,0 +1,182 @@
+//! The probe pool: a small, bounded set of recent probe replies, oldest first.
+//!
+//! Each [`Entry`] records who replied, when the reply was received (the receipt time, not the
+//! send time, so no clock skew enters), the reported RIF and latency, and how often this client
+//! has used the reply. The pool enforces three of Prequal's four removal reasons by itself:
+//! capacity (a new reply evicts the oldest once `m` are held), age (replies older than the age
+//! limit are dropped by [`Pool::expire`]), and the reuse budget (a reply is dropped when used
+//! `budget` times). The fourth, removal of the oldest or worst per query, is the engine's job
+//! because "worst" depends on the selection rule.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::replica::ReplicaId;
+use crate::time::Time;
+
+/// One probe reply held in the pool.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Entry {
+    /// The replica that replied.
+    pub replica: ReplicaId,
+    /// When the reply was received.
+    pub received: Time,
+    /// The reported RIF, plus one for every time this client has used the reply since.
+    pub rif: u32,
+    /// The reported latency estimate.
+    pub latency: Duration,
+    /// Times this client has used the reply.
+    pub uses: u32,
+    /// Uses allowed before the reply is removed (b_reuse, rounded for this reply; at least 1).
+    pub budget: u32,
+}
+
+impl Entry {
+    /// The reply's age at `now`.
+    pub fn age(&self, now: Time) -> Duration {
+        now.saturating_since(self.received)
+    }
+
+    /// Uses left before the reply is removed.
+    pub fn uses_left(&self) -> u32 {
+        self.budget.saturating_sub(self.uses)
+    }
+}
+
+/// A bounded pool of probe replies, ordered by receipt (front = oldest).
+#[derive(Clone, Debug)]
+pub struct Pool {
+    entries: VecDeque<Entry>,
+    capacity: usize,
+    max_age: Duration,
+}
+
+impl Pool {
+    /// An empty pool holding at most `capacity` replies (at least one), each for at most
+    /// `max_age`.
+    pub fn new(capacity: usize, max_age: Duration) -> Self {
+        let capacity = capacity.max(1);
+        Self {
+            entries: VecDeque::with_capacity(capacity),
+            capacity,
+            max_age,
+        }
+    }
+
+    /// Number of replies held.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when no reply is held.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The most replies the pool holds.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The replies, oldest first.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &Entry> + DoubleEndedIterator {
+        self.entries.iter()
+    }
+
+    /// The reply at `index` (0 = oldest).
+    pub fn get(&self, index: usize) -> Option<&Entry> {
+        self.entries.get(index)
+    }
+
+    /// Adds a reply, evicting the oldest when full. A zero budget is raised to one, since a
+    /// reply that can never be used would only take a slot. Returns the evicted reply.
+    pub fn insert(&mut self, mut entry: Entry) -> Option<Entry> {
+        entry.budget = entry.budget.max(1);
+        let evicted = if self.entries.len() >= self.capacity {
+            self.entries.pop_front()
+        } else {
+            None
+        };
+        self.entries.push_back(entry);
+        evicted
+    }
+
+    /// Drops every reply older than the age limit at `now`; returns how many were dropped.
+    pub fn expire(&mut self, now: Time) -> usize {
+        let before = self.entries.len();
+        let max_age = self.max_age;
+        self.entries.retain(|e| e.age(now) <= max_age);
+        before - self.entries.len()
+    }
+
+    /// Drops every reply from `replica` (it left the replica set).
+    pub fn remove_replica(&mut self, replica: ReplicaId) {
+        self.entries.retain(|e| e.replica != replica);
+    }
+
+    /// Removes and returns the reply at `index`.
+    pub fn remove(&mut self, index: usize) -> Option<Entry> {
+        self.entries.remove(index)
+    }
+
+    /// Uses the reply at `index` for one query: its RIF goes up by one (the query this client
+    /// is about to send), and it is removed once its budget is spent. Returns the replica.
+    pub fn use_entry(&mut self, index: usize) -> Option<ReplicaId> {
+        let entry = self.entries.get_mut(index)?;
+        entry.rif = entry.rif.saturating_add(1);
+        entry.uses = entry.uses.saturating_add(1);
+        let replica = entry.replica;
+        if entry.uses >= entry.budget {
+            self.entries.remove(index);
+        }
+        Some(replica)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(replica: u32, at_ms: u64, budget: u32) -> Entry {
+        Entry {
+            replica: ReplicaId(replica),
+            received: Time::from_millis(at_ms),
+            rif: 1,
+            latency: Duration::from_millis(5),
+            uses: 0,
+            budget,
+        }
+    }
+
+    #[test]
+    fn evicts_oldest_when_full() {
+        let mut pool = Pool::new(2, Duration::from_secs(1));
+        assert!(pool.insert(entry(1, 0, 1)).is_none());
+        assert!(pool.insert(entry(2, 1, 1)).is_none());
+        let evicted = pool.insert(entry(3, 2, 1));
+        assert_eq!(evicted.map(|e| e.replica), Some(ReplicaId(1)));
+        let ids: Vec<u32> = pool.iter().map(|e| e.replica.0).collect();
+        assert_eq!(ids, vec![2, 3]);
+    }
+
+    #[test]
+    fn expires_by_age_and_spends_budget() {
+        let mut pool = Pool::new(4, Duration::from_millis(100));
+        pool.insert(entry(1, 0, 2));
+        pool.insert(entry(2, 50, 0));
+        assert_eq!(
+            pool.get(1).map(|e| e.budget),
+            Some(1),
+            "zero budget raised to one"
+        );
+        assert_eq!(pool.use_entry(0), Some(ReplicaId(1)));
+        assert_eq!(pool.get(0).map(|e| (e.rif, e.uses_left())), Some((2, 1)));
+        assert_eq!(pool.use_entry(0), Some(ReplicaId(1)));
+        assert_eq!(pool.len(), 1, "budget of two spent");
+        pool.insert(entry(3, 120, 1));
+        assert_eq!(pool.expire(Time::from_millis(151)), 1);
+        assert_eq!(pool.get(0).map(|e| e.replica), Some(ReplicaId(3)));
+        pool.remove_replica(ReplicaId(3));
+        assert!(pool.is_empty());
+    }
+}

@@ -1,0 +1,492 @@
+//! The asynchronous probing engine shared by `prequal`, `linear` and `c3`.
+//!
+//! The three policies probe, keep their pool and remove replies in exactly the same way; they
+//! differ only in how a reply is ranked. [`AsyncProbing`] does everything but the ranking and
+//! takes the ranking as a [`Rule`]. Per query ([`Policy::pick`]) it:
+//!
+//! 1. drops replies older than the age limit;
+//! 2. queues `r_probe` probes (deterministically rounded) to distinct random replicas;
+//! 3. picks the best reply by the rule (replies from avoided replicas last), uses it (its RIF
+//!    goes up by one; it leaves the pool when its reuse budget is spent), or, with fewer than two
+//!    replies in the pool, picks a uniformly random replica;
+//! 4. removes `r_remove` replies (deterministically rounded), alternating between the oldest and
+//!    the worst by the rule. Removal comes after selection so the best reply is never thrown
+//!    away before the query it was kept for.
+
+use std::cmp::Ordering;
+use std::collections::VecDeque;
+use std::fmt;
+use std::time::Duration;
+
+use rand::RngCore;
+use rand::seq::index::sample;
+
+use super::aversion::{Aversion, ReplicaLoad, random_replica};
+use super::pool::{Entry, Pool};
+use crate::config::ConfigError;
+use crate::policy::{
+    Completion, LoadReport, Pick, Policy, PoolEntryView, ProbeId, ProbeRequest, Query, ReplicaView,
+    Snapshot,
+};
+use crate::replica::{ReplicaChange, ReplicaId, Replicas};
+use crate::rounding::{RateRounder, random_round};
+use crate::time::{Time, duration_nanos};
+
+/// The probing, pool and removal parameters common to every async probing policy.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ProbingParams {
+    /// Probes per query (r_probe).
+    pub probe_rate: f64,
+    /// Most replies held (m).
+    pub pool_size: u32,
+    /// Age limit of a reply.
+    pub max_age: Duration,
+    /// δ in the b_reuse formula.
+    pub delta: f64,
+    /// Replies removed per query (r_remove).
+    pub remove_rate: f64,
+    /// Longest time without probing before an idle probe is sent.
+    pub max_idle: Duration,
+    /// How long a probe may take before the driver reports it failed.
+    pub probe_timeout: Duration,
+    /// Error aversion.
+    pub aversion: Aversion,
+}
+
+impl ProbingParams {
+    /// Range-checks every parameter, naming the offending key.
+    pub fn validate(&self, policy: &'static str) -> Result<(), ConfigError> {
+        let bad = |key, msg: &str| Err(ConfigError::invalid(policy, key, msg));
+        if !(self.probe_rate.is_finite() && self.probe_rate > 0.0) {
+            return bad("probe_rate", "must be a finite number > 0");
+        }
+        if self.pool_size == 0 {
+            return bad("pool_size", "must be at least 1");
+        }
+        if self.max_age.is_zero() {
+            return bad("max_age", "must be longer than zero");
+        }
+        if !(self.delta.is_finite() && self.delta > 0.0) {
+            return bad("delta", "must be a finite number > 0");
+        }
+        if !(self.remove_rate.is_finite() && self.remove_rate >= 0.0) {
+            return bad("remove_rate", "must be a finite number >= 0");
+        }
+        if self.max_idle.is_zero() {
+            return bad("max_idle", "must be longer than zero");
+        }
+        if self.probe_timeout.is_zero() {
+            return bad("probe_timeout", "must be longer than zero");
+        }
+        validate_aversion(policy, &self.aversion)
+    }
+}
+
+/// Range-checks the error-aversion parameters.
+pub fn validate_aversion(policy: &'static str, aversion: &Aversion) -> Result<(), ConfigError> {
+    if !(aversion.threshold >= 0.0 && aversion.threshold <= 1.0) {
+        return Err(ConfigError::invalid(
+            policy,
+            "error_threshold",
+            "must be between 0 and 1 (1 disables error aversion)",
+        ));
+    }
+    if aversion.decay.is_zero() {
+        return Err(ConfigError::invalid(
+            policy,
+            "error_decay",
+            "must be longer than zero",
+        ));
+    }
+    Ok(())
+}
+
+/// The reuse budget b_reuse = max{1, (1+δ) / ((1 − m/n)·r_probe − r_remove)} (Prequal paper,
+/// equation 1), capped at `m`.
+///
+/// The denominator is the net number of fresh replies a query adds to the pool beyond what it
+/// removes, allowing for the share m/n of probes that land on replicas already in the pool.
+/// When it is zero or negative (few replicas, or removal faster than probing) the formula has no
+/// finite value; the pool then cannot be kept full by probing alone, so replies are allowed the
+/// largest reuse, `m`. The same cap bounds huge values from a tiny positive denominator: a reply
+/// used `m` times has already had its RIF raised by `m`, enough for the rules to pass it over.
+pub fn b_reuse(m: u32, n: usize, r_probe: f64, r_remove: f64, delta: f64) -> f64 {
+    let cap = f64::from(m.max(1));
+    if n == 0 {
+        return cap;
+    }
+    let denominator = (1.0 - f64::from(m) / n as f64) * r_probe - r_remove;
+    if denominator.is_nan() || denominator <= 0.0 {
+        return cap;
+    }
+    ((1.0 + delta) / denominator).clamp(1.0, cap)
+}
+
+/// How a rule ranks one reply: smaller is better, compared hot flag first, then `key`, then
+/// `tie`. Rules without a hot/cold split leave `hot` false.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rank {
+    /// Whether the reply is hot (HCL); every hot reply ranks after every cold one.
+    pub hot: bool,
+    /// The main score (cold: latency; hot: RIF; linear and C3: their score).
+    pub key: f64,
+    /// Breaks ties in `key`.
+    pub tie: f64,
+}
+
+impl Rank {
+    /// Total order: hot flag, then key, then tie.
+    pub fn order(&self, other: &Rank) -> Ordering {
+        self.hot
+            .cmp(&other.hot)
+            .then(self.key.total_cmp(&other.key))
+            .then(self.tie.total_cmp(&other.tie))
+    }
+}
+
+/// Orders `(avoided, rank)` pairs: every reply from an avoided replica ranks after the rest.
+pub fn order_with_aversion(a: &(bool, Rank), b: &(bool, Rank)) -> Ordering {
+    a.0.cmp(&b.0).then(a.1.order(&b.1))
+}
+
+/// A selection rule: how the engine ranks the replies in its pool.
+pub trait Rule: fmt::Debug + Send + 'static {
+    /// What the rule computes once per decision (a threshold, a scale factor).
+    type Context;
+
+    /// The policy's config name.
+    const NAME: &'static str;
+
+    /// A probe reply arrived from `replica` (before it enters the pool).
+    fn on_reply(&mut self, replica: ReplicaId, report: &LoadReport, now: Time);
+
+    /// A query sent to `replica` finished.
+    fn on_complete(&mut self, _replica: ReplicaId, _completion: &Completion) {}
+
+    /// A replica joined or left.
+    fn on_replica_change(&mut self, _change: ReplicaChange) {}
+
+    /// Computes the per-decision context.
+    fn context(&self) -> Self::Context;
+
+    /// Ranks one reply; `load` is this client's own view of the replica.
+    fn rank(&self, cx: &Self::Context, entry: &Entry, load: &ReplicaLoad) -> Rank;
+
+    /// Scalars for the snapshot.
+    fn values(&self, cx: &Self::Context) -> Vec<(&'static str, f64)>;
+}
+
+/// Async probing with a probe pool, generic over the selection [`Rule`].
+#[derive(Debug)]
+pub struct AsyncProbing<R: Rule> {
+    params: ProbingParams,
+    rule: R,
+    replicas: Replicas<ReplicaLoad>,
+    pool: Pool,
+    probes: VecDeque<ProbeRequest>,
+    next_probe_id: u64,
+    probe_count: RateRounder,
+    remove_count: RateRounder,
+    remove_worst_next: bool,
+    b_reuse: f64,
+    next_idle_probe: Option<Time>,
+}
+
+impl<R: Rule> AsyncProbing<R> {
+    /// A policy with no replicas yet (assumes `params` passed validation).
+    pub fn new(params: ProbingParams, rule: R) -> Self {
+        Self {
+            pool: Pool::new(params.pool_size as usize, params.max_age),
+            probe_count: RateRounder::new(params.probe_rate),
+            remove_count: RateRounder::new(params.remove_rate),
+            b_reuse: b_reuse(
+                params.pool_size,
+                0,
+                params.probe_rate,
+                params.remove_rate,
+                params.delta,
+            ),
+            params,
+            rule,
+            replicas: Replicas::new(),
+            probes: VecDeque::new(),
+            next_probe_id: 0,
+            remove_worst_next: false,
+            next_idle_probe: None,
+        }
+    }
+
+    /// The probe pool (for tests and inspection).
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The selection rule.
+    pub fn rule(&self) -> &R {
+        &self.rule
+    }
+
+    /// The selection rule, mutably (tests feed it samples directly).
+    #[cfg(test)]
+    pub(crate) fn rule_mut(&mut self) -> &mut R {
+        &mut self.rule
+    }
+
+    /// The current reuse budget before rounding.
+    pub fn current_b_reuse(&self) -> f64 {
+        self.b_reuse
+    }
+
+    /// Queues `count` probes to distinct replicas chosen uniformly at random.
+    fn queue_probes(&mut self, count: u32, now: Time, rng: &mut dyn RngCore) {
+        let n = self.replicas.len();
+        let k = (count as usize).min(n);
+        if k == 0 {
+            return;
+        }
+        for index in sample(rng, n, k).iter() {
+            self.next_probe_id += 1;
+            self.probes.push_back(ProbeRequest {
+                id: ProbeId(self.next_probe_id),
+                replica: self.replicas.id_at(index),
+                query: None,
+                hint: None,
+            });
+        }
+        self.next_idle_probe = Some(now + self.params.max_idle);
+    }
+
+    /// Every reply with its avoided flag and rank, in pool order.
+    fn ranked(&self, cx: &R::Context, now: Time) -> Vec<(bool, Rank)> {
+        let default_load = ReplicaLoad::default();
+        self.pool
+            .iter()
+            .map(|entry| {
+                let load = self.replicas.get(entry.replica);
+                let avoided = load.is_none_or(|l| l.avoided(now, &self.params.aversion));
+                let rank = self.rule.rank(cx, entry, load.unwrap_or(&default_load));
+                (avoided, rank)
+            })
+            .collect()
+    }
+
+    /// The best reply's index (ties go to the newest), if the pool holds two or more.
+    fn select(&self, now: Time) -> Option<usize> {
+        if self.pool.len() < 2 {
+            return None;
+        }
+        let cx = self.rule.context();
+        let ranked = self.ranked(&cx, now);
+        let best = (0..ranked.len())
+            .rev()
+            .min_by(|&a, &b| order_with_aversion(&ranked[a], &ranked[b]))?;
+        let entry = self.pool.get(best)?;
+        tracing::trace!(
+            policy = R::NAME,
+            compared = ranked.len(),
+            chosen = %entry.replica,
+            rif = entry.rif,
+            latency_us = entry.latency.as_micros() as u64,
+            hot = ranked[best].1.hot,
+            avoided = ranked[best].0,
+            key = ranked[best].1.key,
+            "selected from pool"
+        );
+        Some(best)
+    }
+
+    /// The worst reply's index (ties go to the oldest).
+    fn worst(&self, now: Time) -> Option<usize> {
+        let cx = self.rule.context();
+        let ranked = self.ranked(&cx, now);
+        (0..ranked.len())
+            .max_by(|&a, &b| order_with_aversion(&ranked[a], &ranked[b]).then(b.cmp(&a)))
+    }
+
+    /// Removes `r_remove` replies for this query, alternating oldest and worst.
+    fn remove_per_query(&mut self, now: Time) {
+        for _ in 0..self.remove_count.next_count() {
+            let index = if self.remove_worst_next {
+                self.worst(now)
+            } else {
+                (!self.pool.is_empty()).then_some(0)
+            };
+            self.remove_worst_next = !self.remove_worst_next;
+            if let Some(removed) = index.and_then(|i| self.pool.remove(i)) {
+                tracing::trace!(
+                    policy = R::NAME,
+                    replica = %removed.replica,
+                    worst = !self.remove_worst_next,
+                    "removed reply"
+                );
+            }
+        }
+    }
+
+    fn recompute_b_reuse(&mut self) {
+        let p = &self.params;
+        self.b_reuse = b_reuse(
+            p.pool_size,
+            self.replicas.len(),
+            p.probe_rate,
+            p.remove_rate,
+            p.delta,
+        );
+    }
+}
+
+impl<R: Rule> Policy for AsyncProbing<R> {
+    fn name(&self) -> &'static str {
+        R::NAME
+    }
+
+    fn on_replica_change(&mut self, change: ReplicaChange, now: Time) {
+        self.pool.expire(now);
+        if !self.replicas.apply(change, ReplicaLoad::default) {
+            return;
+        }
+        if let ReplicaChange::Remove(id) = change {
+            self.pool.remove_replica(id);
+            self.probes.retain(|p| p.replica != id);
+        }
+        self.rule.on_replica_change(change);
+        self.recompute_b_reuse();
+        if self.next_idle_probe.is_none() {
+            // Probe at once so the first queries find a pool.
+            self.next_idle_probe = Some(now);
+        }
+    }
+
+    fn pick(&mut self, _query: &Query, now: Time, rng: &mut dyn RngCore) -> Pick {
+        self.pool.expire(now);
+        if self.replicas.is_empty() {
+            return Pick::NoReplica;
+        }
+        let count = self.probe_count.next_count();
+        self.queue_probes(count, now, rng);
+        let chosen = match self.select(now) {
+            Some(index) => self.pool.use_entry(index),
+            None => {
+                let id = random_replica(&self.replicas, now, &self.params.aversion, rng);
+                tracing::trace!(policy = R::NAME, pool = self.pool.len(), chosen = ?id, "random fallback");
+                id
+            }
+        };
+        self.remove_per_query(now);
+        match chosen.and_then(|id| self.replicas.get_mut(id).map(|l| (id, l))) {
+            Some((id, load)) => {
+                load.picks += 1;
+                Pick::Replica(id)
+            }
+            None => Pick::NoReplica,
+        }
+    }
+
+    fn on_dispatch(&mut self, replica: ReplicaId, _query: crate::policy::QueryId, now: Time) {
+        self.pool.expire(now);
+        if let Some(load) = self.replicas.get_mut(replica) {
+            load.on_dispatch();
+        }
+    }
+
+    fn on_complete(&mut self, replica: ReplicaId, completion: &Completion, now: Time) {
+        self.pool.expire(now);
+        if let Some(load) = self.replicas.get_mut(replica) {
+            load.on_complete(completion.outcome, now, &self.params.aversion);
+        }
+        self.rule.on_complete(replica, completion);
+    }
+
+    fn poll_probe(&mut self, _now: Time, _rng: &mut dyn RngCore) -> Option<ProbeRequest> {
+        self.probes.pop_front()
+    }
+
+    fn probe_timeout(&self) -> Option<Duration> {
+        Some(self.params.probe_timeout)
+    }
+
+    fn on_probe_reply(
+        &mut self,
+        probe: &ProbeRequest,
+        report: &LoadReport,
+        now: Time,
+        rng: &mut dyn RngCore,
+    ) {
+        self.pool.expire(now);
+        if !self.replicas.contains(probe.replica) {
+            tracing::trace!(policy = R::NAME, replica = %probe.replica, "reply from departed replica dropped");
+            return;
+        }
+        self.rule.on_reply(probe.replica, report, now);
+        let budget = random_round(self.b_reuse, rng).max(1);
+        self.pool.insert(Entry {
+            replica: probe.replica,
+            received: now,
+            rif: report.rif,
+            latency: report.latency,
+            uses: 0,
+            budget,
+        });
+    }
+
+    fn on_probe_failure(&mut self, probe: &ProbeRequest, now: Time) {
+        self.pool.expire(now);
+        tracing::trace!(policy = R::NAME, replica = %probe.replica, "probe failed");
+    }
+
+    fn poll_timeout(&self) -> Option<Time> {
+        if self.replicas.is_empty() {
+            return None;
+        }
+        self.next_idle_probe
+    }
+
+    fn handle_timeout(&mut self, now: Time, rng: &mut dyn RngCore) {
+        self.pool.expire(now);
+        match self.next_idle_probe {
+            Some(due) if now >= due && !self.replicas.is_empty() => {
+                // One probe per idle period keeps about max_age / max_idle fresh replies.
+                self.queue_probes(1, now, rng);
+            }
+            _ => {}
+        }
+    }
+
+    fn snapshot(&self, now: Time) -> Snapshot {
+        let cx = self.rule.context();
+        let ranked = self.ranked(&cx, now);
+        let pool = self
+            .pool
+            .iter()
+            .zip(&ranked)
+            .filter(|(e, _)| e.age(now) <= self.params.max_age)
+            .map(|(e, (_, rank))| PoolEntryView {
+                replica: e.replica,
+                rif: e.rif,
+                latency_us: e.latency.as_micros() as u64,
+                age_us: duration_nanos(e.age(now)) / 1_000,
+                uses_left: e.uses_left(),
+                hot: rank.hot,
+            })
+            .collect();
+        let replicas = self
+            .replicas
+            .iter()
+            .map(|(id, load)| ReplicaView {
+                id: Some(id),
+                local_rif: load.local_rif,
+                score: None,
+                picks: load.picks,
+                avoided: load.avoided(now, &self.params.aversion),
+            })
+            .collect();
+        let mut values = vec![("b_reuse", self.b_reuse)];
+        values.extend(self.rule.values(&cx));
+        Snapshot {
+            policy: R::NAME,
+            replicas,
+            pool,
+            values,
+        }
+    }
+}

@@ -1,0 +1,516 @@
+//! Behaviour of the async engine with the HCL rule: the properties the Prequal paper promises.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use rand::RngCore;
+
+use super::probing::b_reuse;
+use super::*;
+use crate::policy::{
+    Completion, LoadReport, Outcome, Pick, Policy, ProbeId, ProbeRequest, Query, QueryId,
+};
+use crate::replica::{ReplicaChange, ReplicaId};
+use crate::testing::rng;
+use crate::time::Time;
+
+fn report(rif: u32, latency_ms: u64) -> LoadReport {
+    LoadReport {
+        rif,
+        latency: Duration::from_millis(latency_ms),
+        ..LoadReport::default()
+    }
+}
+
+fn probe(replica: u32) -> ProbeRequest {
+    ProbeRequest {
+        id: ProbeId(0),
+        replica: ReplicaId(replica),
+        query: None,
+        hint: None,
+    }
+}
+
+fn query(id: u64) -> Query {
+    Query {
+        id: QueryId(id),
+        hint: None,
+    }
+}
+
+/// A `prequal` instance over replicas `0..n` built from `config`.
+fn policy(config: &Config, n: u32) -> Prequal {
+    let mut p = Prequal::new(config.probing(), Hcl::new(config.q_rif));
+    for id in 0..n {
+        p.on_replica_change(ReplicaChange::Insert(ReplicaId(id)), Time::ZERO);
+    }
+    p
+}
+
+fn pick_id(p: &mut dyn Policy, q: u64, now: Time, rng: &mut dyn RngCore) -> ReplicaId {
+    match p.pick(&query(q), now, rng) {
+        Pick::Replica(id) => id,
+        other => panic!("expected a replica, got {other:?}"),
+    }
+}
+
+/// Drains queued probes without answering them.
+fn drop_probes(p: &mut dyn Policy, rng: &mut dyn RngCore) -> Vec<ProbeRequest> {
+    std::iter::from_fn(|| p.poll_probe(Time::ZERO, rng)).collect()
+}
+
+#[test]
+fn b_reuse_matches_the_paper_and_is_bounded() {
+    let b = b_reuse(16, 100, 3.0, 1.0, 1.0);
+    assert!((b - 1.3158).abs() < 1e-3, "{b}");
+    assert_eq!(b_reuse(16, 11, 3.0, 1.0, 1.0), 16.0, "n < m: capped at m");
+    assert_eq!(b_reuse(16, 100, 1.0, 1.0, 1.0), 16.0, "denominator < 0");
+    assert_eq!(
+        b_reuse(16, 1000, 1.0, 0.99, 1.0),
+        16.0,
+        "tiny denominator capped"
+    );
+    assert_eq!(b_reuse(16, 1000, 10.0, 0.0, 1.0), 1.0, "never below one");
+    let p = policy(&Config::default(), 100);
+    assert!((p.current_b_reuse() - 1.3158).abs() < 1e-3);
+    let values = p.snapshot(Time::ZERO).values;
+    assert!(
+        values
+            .iter()
+            .any(|(k, v)| *k == "b_reuse" && (v - 1.3158).abs() < 1e-3)
+    );
+}
+
+#[test]
+fn fractional_probe_rate_gives_the_exact_long_run_count() {
+    let config = Config {
+        probe_rate: 0.7,
+        ..Config::default()
+    };
+    let mut p = policy(&config, 10);
+    let mut rng = rng(1);
+    let mut sent = 0;
+    for q in 0..1000 {
+        pick_id(&mut p, q, Time::ZERO, &mut rng);
+        sent += drop_probes(&mut p, &mut rng).len();
+    }
+    assert_eq!(sent, 700);
+}
+
+#[test]
+fn probe_targets_are_distinct_and_cover_the_set() {
+    let config = Config {
+        probe_rate: 5.0,
+        ..Config::default()
+    };
+    let mut p = policy(&config, 8);
+    let mut rng = rng(2);
+    let mut seen = BTreeSet::new();
+    for q in 0..50 {
+        pick_id(&mut p, q, Time::ZERO, &mut rng);
+        let targets: Vec<u32> = drop_probes(&mut p, &mut rng)
+            .iter()
+            .map(|p| p.replica.0)
+            .collect();
+        assert_eq!(targets.len(), 5);
+        let distinct: BTreeSet<u32> = targets.iter().copied().collect();
+        assert_eq!(distinct.len(), 5, "{targets:?}");
+        seen.extend(distinct);
+    }
+    assert_eq!(seen.len(), 8);
+}
+
+/// Picks once from a pool holding exactly `replies` (replicas 0..), with no removal.
+fn choose_with(q_rif: f64, replies: &[(u32, u64)]) -> ReplicaId {
+    let config = Config {
+        q_rif,
+        remove_rate: 0.0,
+        ..Config::default()
+    };
+    let mut p = policy(&config, replies.len() as u32);
+    let mut rng = rng(3);
+    for (i, (rif, ms)) in replies.iter().enumerate() {
+        p.on_probe_reply(&probe(i as u32), &report(*rif, *ms), Time::ZERO, &mut rng);
+    }
+    pick_id(&mut p, 0, Time::ZERO, &mut rng)
+}
+
+#[test]
+fn q_rif_zero_is_rif_only_and_one_is_latency_only() {
+    let replies = [(5, 1), (1, 50), (3, 10), (9, 2)];
+    assert_eq!(choose_with(0.0, &replies), ReplicaId(1), "lowest RIF");
+    assert_eq!(choose_with(1.0, &replies), ReplicaId(0), "lowest latency");
+    // Default quantile (nearest rank 6 of 7) over RIFs {1, ..., 6, 9}: threshold 6, so only
+    // the RIF-9 reply is hot, and the fastest cold reply wins over the faster hot one.
+    let replies = [(9, 1), (5, 4), (1, 6), (2, 7), (3, 8), (4, 9), (6, 10)];
+    assert_eq!(choose_with(Q_RIF_DEFAULT, &replies), ReplicaId(1));
+}
+
+const Q_RIF_DEFAULT: f64 = params::Q_RIF;
+
+#[test]
+fn fewer_than_two_replies_falls_back_to_random() {
+    let config = Config {
+        remove_rate: 0.0,
+        ..Config::default()
+    };
+    let mut p = policy(&config, 4);
+    let mut rng = rng(4);
+    p.on_probe_reply(&probe(0), &report(0, 1), Time::ZERO, &mut rng);
+    let mut chosen = BTreeSet::new();
+    for q in 0..40 {
+        chosen.insert(pick_id(&mut p, q, Time::ZERO, &mut rng).0);
+        drop_probes(&mut p, &mut rng);
+    }
+    assert_eq!(chosen.len(), 4, "uniform fallback reaches every replica");
+    assert_eq!(p.pool().len(), 1, "the lone reply is not used");
+}
+
+#[test]
+fn removals_alternate_oldest_and_worst() {
+    let config = Config {
+        q_rif: 1.0,
+        probe_rate: 0.001,
+        ..Config::default()
+    };
+    let mut p = policy(&config, 4);
+    let mut rng = rng(5);
+    for (i, (replica, ms)) in [(0, 5), (1, 90), (2, 10), (3, 20), (0, 30), (1, 40)]
+        .iter()
+        .enumerate()
+    {
+        let at = Time::from_millis(i as u64);
+        p.on_probe_reply(&probe(*replica), &report(1, *ms), at, &mut rng);
+    }
+    let now = Time::from_millis(10);
+    let latencies = |p: &Prequal| -> Vec<u64> {
+        p.pool()
+            .iter()
+            .map(|e| e.latency.as_millis() as u64)
+            .collect()
+    };
+    assert_eq!(pick_id(&mut p, 1, now, &mut rng), ReplicaId(0));
+    assert_eq!(
+        latencies(&p),
+        vec![90, 10, 20, 30, 40],
+        "oldest (5 ms) removed"
+    );
+    assert_eq!(pick_id(&mut p, 2, now, &mut rng), ReplicaId(2));
+    assert_eq!(latencies(&p), vec![10, 20, 30, 40], "worst (90 ms) removed");
+    assert_eq!(pick_id(&mut p, 3, now, &mut rng), ReplicaId(2));
+    assert_eq!(latencies(&p), vec![20, 30, 40], "oldest again");
+}
+
+#[test]
+fn idle_client_probes_on_a_timer() {
+    let mut p = policy(&Config::default(), 3);
+    let mut rng = rng(6);
+    assert_eq!(p.poll_timeout(), Some(Time::ZERO), "warm-up probe at once");
+    p.handle_timeout(Time::ZERO, &mut rng);
+    assert_eq!(drop_probes(&mut p, &mut rng).len(), 1);
+    assert_eq!(p.poll_timeout(), Some(Time::from_millis(100)));
+    p.handle_timeout(Time::from_millis(50), &mut rng);
+    assert!(drop_probes(&mut p, &mut rng).is_empty(), "not due yet");
+    pick_id(&mut p, 1, Time::from_millis(60), &mut rng);
+    assert_eq!(
+        p.poll_timeout(),
+        Some(Time::from_millis(160)),
+        "a query's probes reset it"
+    );
+    assert_eq!(p.probe_timeout(), Some(Duration::from_millis(3)));
+}
+
+#[test]
+fn departed_replicas_leave_the_pool_and_their_replies_are_dropped() {
+    let mut p = policy(&Config::default(), 3);
+    let mut rng = rng(7);
+    p.on_probe_reply(&probe(1), &report(1, 1), Time::ZERO, &mut rng);
+    p.on_probe_reply(&probe(2), &report(1, 1), Time::ZERO, &mut rng);
+    p.on_replica_change(ReplicaChange::Remove(ReplicaId(1)), Time::ZERO);
+    assert_eq!(p.pool().len(), 1);
+    p.on_probe_reply(&probe(1), &report(1, 1), Time::ZERO, &mut rng);
+    assert_eq!(p.pool().len(), 1, "reply from a departed replica");
+}
+
+/// Drives `queries` queries, one per millisecond, answering every probe at once with
+/// `load(replica)` and completing every query at once with `outcome(replica)`.
+fn drive(
+    p: &mut dyn Policy,
+    seed: u64,
+    queries: u64,
+    load: impl Fn(ReplicaId) -> LoadReport,
+    outcome: impl Fn(ReplicaId) -> Outcome,
+) -> Vec<ReplicaId> {
+    let mut rng = rng(seed);
+    let mut picks = Vec::new();
+    for q in 0..queries {
+        let now = Time::from_millis(q);
+        if p.poll_timeout().is_some_and(|t| t <= now) {
+            p.handle_timeout(now, &mut rng);
+        }
+        let id = pick_id(p, q, now, &mut rng);
+        while let Some(probe) = p.poll_probe(now, &mut rng) {
+            p.on_probe_reply(&probe, &load(probe.replica), now, &mut rng);
+        }
+        p.on_dispatch(id, QueryId(q), now);
+        let done = Completion {
+            query: QueryId(q),
+            latency: load(id).latency,
+            outcome: outcome(id),
+        };
+        p.on_complete(id, &done, now);
+        picks.push(id);
+    }
+    picks
+}
+
+fn sinkhole_share(error_threshold: f64) -> f64 {
+    let config = Config {
+        error_threshold,
+        ..Config::default()
+    };
+    let mut p = policy(&config, 5);
+    let bad = ReplicaId(0);
+    let picks = drive(
+        &mut p,
+        8,
+        2000,
+        |id| {
+            if id == bad {
+                report(0, 1)
+            } else {
+                report(2, 20)
+            }
+        },
+        |id| {
+            if id == bad {
+                Outcome::Error
+            } else {
+                Outcome::Success
+            }
+        },
+    );
+    let late = &picks[1000..];
+    let share = late.iter().filter(|id| **id == bad).count() as f64 / late.len() as f64;
+    if error_threshold < 1.0 {
+        let snapshot = p.snapshot(Time::from_millis(2000));
+        assert!(snapshot.replicas[0].avoided);
+        assert!(!snapshot.replicas[1].avoided);
+    }
+    share
+}
+
+#[test]
+fn error_aversion_stops_sinkholing() {
+    let without = sinkhole_share(1.0);
+    assert!(
+        without > 0.5,
+        "without aversion the fast-failing replica sinkholes: {without}"
+    );
+    let with = sinkhole_share(params::ERROR_THRESHOLD);
+    assert!(with < 0.02, "with aversion it is starved: {with}");
+}
+
+#[test]
+fn same_seed_same_decisions() {
+    let load = |id: ReplicaId| report(id.0 % 4, 5 + u64::from(id.0 * 7 % 11));
+    let run = |seed| {
+        let mut p = policy(&Config::default(), 20);
+        drive(&mut p, seed, 500, load, |_| Outcome::Success)
+    };
+    assert_eq!(run(9), run(9));
+    assert_ne!(run(9), run(10), "the seed matters");
+}
+
+#[test]
+fn snapshot_shows_pool_hot_flags_and_threshold() {
+    let config = Config {
+        q_rif: 0.5,
+        ..Config::default()
+    };
+    let mut p = policy(&config, 4);
+    let mut rng = rng(11);
+    for (id, rif) in [(0, 1), (1, 2), (2, 3), (3, 4)] {
+        p.on_probe_reply(&probe(id), &report(rif, 1), Time::ZERO, &mut rng);
+    }
+    let snapshot = p.snapshot(Time::from_millis(2));
+    let hot: Vec<bool> = snapshot.pool.iter().map(|e| e.hot).collect();
+    assert_eq!(hot, vec![false, false, true, true]);
+    assert_eq!(snapshot.pool[0].age_us, 2000);
+    assert_eq!(snapshot.pool[0].uses_left, 16);
+    assert!(snapshot.values.contains(&("hot_rif_threshold", 2.0)));
+    assert_eq!(snapshot.policy, "prequal");
+}
+
+#[test]
+fn config_rejects_out_of_range_values_by_key() {
+    let cases: Vec<(Config, &str)> = vec![
+        (
+            Config {
+                q_rif: 1.5,
+                ..Config::default()
+            },
+            "q_rif",
+        ),
+        (
+            Config {
+                pool_size: 0,
+                ..Config::default()
+            },
+            "pool_size",
+        ),
+        (
+            Config {
+                probe_rate: -1.0,
+                ..Config::default()
+            },
+            "probe_rate",
+        ),
+        (
+            Config {
+                remove_rate: -0.5,
+                ..Config::default()
+            },
+            "remove_rate",
+        ),
+        (
+            Config {
+                delta: 0.0,
+                ..Config::default()
+            },
+            "delta",
+        ),
+        (
+            Config {
+                max_age: Duration::ZERO,
+                ..Config::default()
+            },
+            "max_age",
+        ),
+        (
+            Config {
+                error_threshold: 2.0,
+                ..Config::default()
+            },
+            "error_threshold",
+        ),
+    ];
+    for (config, key) in cases {
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains(key) && err.contains("prequal"), "{err}");
+    }
+    let parsed: Config = toml::from_str("max_age = \"250ms\"\nprobe_rate = 1.5").unwrap();
+    assert_eq!(parsed.max_age, Duration::from_millis(250));
+    assert_eq!(parsed.probe_rate, 1.5);
+    assert!(toml::from_str::<Config>("qrif = 0.5").is_err());
+}
+
+#[derive(Clone, Debug)]
+enum Event {
+    Pick,
+    Reply(u32, u32, u64),
+    Advance(u64),
+    Complete(u32, bool),
+    Remove(u32),
+    Insert(u32),
+    Idle,
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        4 => Just(Event::Pick),
+        4 => (0u32..8, 0u32..10, 0u64..50).prop_map(|(r, rif, ms)| Event::Reply(r, rif, ms)),
+        2 => (0u64..40).prop_map(Event::Advance),
+        1 => (0u32..8, any::<bool>()).prop_map(|(r, ok)| Event::Complete(r, ok)),
+        1 => (0u32..8).prop_map(Event::Remove),
+        1 => (0u32..8).prop_map(Event::Insert),
+        1 => Just(Event::Idle),
+    ]
+}
+
+fn apply(p: &mut Prequal, ev: &Event, now: &mut Time, q: &mut u64, rng: &mut dyn RngCore) {
+    match *ev {
+        Event::Pick => {
+            *q += 1;
+            let _ = p.pick(&query(*q), *now, rng);
+            drop_probes(p, rng);
+        }
+        Event::Reply(r, rif, ms) => p.on_probe_reply(&probe(r), &report(rif, ms), *now, rng),
+        Event::Advance(ms) => *now = *now + Duration::from_millis(ms),
+        Event::Complete(r, ok) => {
+            let outcome = if ok { Outcome::Success } else { Outcome::Error };
+            let done = Completion {
+                query: QueryId(0),
+                latency: Duration::from_millis(3),
+                outcome,
+            };
+            p.on_complete(ReplicaId(r), &done, *now);
+        }
+        Event::Remove(r) => p.on_replica_change(ReplicaChange::Remove(ReplicaId(r)), *now),
+        Event::Insert(r) => p.on_replica_change(ReplicaChange::Insert(ReplicaId(r)), *now),
+        Event::Idle => p.handle_timeout(*now, rng),
+    }
+}
+
+proptest! {
+    /// After any event the pool holds at most m replies, none past its age limit or reuse
+    /// budget, and none from a replica that left.
+    #[test]
+    fn pool_stays_within_its_bounds(
+        events in proptest::collection::vec(event(), 1..200),
+        pool_size in 1u32..6,
+        probe_rate in 0.1f64..4.0,
+        remove_rate in 0.0f64..2.0,
+        seed in any::<u64>(),
+    ) {
+        let config = Config {
+            pool_size,
+            probe_rate,
+            remove_rate,
+            max_age: Duration::from_millis(60),
+            ..Config::default()
+        };
+        let mut p = policy(&config, 6);
+        let mut rng = rng(seed);
+        let (mut now, mut q) = (Time::ZERO, 0);
+        for ev in &events {
+            apply(&mut p, ev, &mut now, &mut q, &mut rng);
+            prop_assert!(p.pool().len() <= pool_size as usize);
+            // Time passing is not an event the policy sees; it expires replies at its next one.
+            let seen = !matches!(ev, Event::Advance(_));
+            for e in p.pool().iter() {
+                prop_assert!(!seen || e.age(now) <= config.max_age, "{:?} at {:?}", e, now);
+                prop_assert!(e.uses < e.budget, "{:?}", e);
+                let present = p.snapshot(now).replicas.iter().any(|r| r.id == Some(e.replica));
+                prop_assert!(present, "{:?}", e);
+            }
+        }
+    }
+
+    /// With any cold reply in the pool, the policy never picks a replica that only has hot
+    /// replies; with all hot, it picks one with the lowest RIF.
+    #[test]
+    fn hcl_never_picks_hot_when_cold_exists(
+        replies in proptest::collection::vec((0u32..6, 0u32..12, 1u64..100), 2..16),
+        q_rif in 0.05f64..0.95,
+        seed in any::<u64>(),
+    ) {
+        let config = Config { q_rif, remove_rate: 0.0, ..Config::default() };
+        let mut p = policy(&config, 6);
+        let mut rng = rng(seed);
+        for (r, rif, ms) in &replies {
+            p.on_probe_reply(&probe(*r), &report(*rif, *ms), Time::ZERO, &mut rng);
+        }
+        let pool = p.snapshot(Time::ZERO).pool;
+        let chosen = pick_id(&mut p, 1, Time::ZERO, &mut rng);
+        let cold: Vec<_> = pool.iter().filter(|e| !e.hot).collect();
+        if cold.is_empty() {
+            let min_rif = pool.iter().map(|e| e.rif).min().unwrap_or(0);
+            prop_assert!(pool.iter().any(|e| e.replica == chosen && e.rif == min_rif));
+        } else {
+            let best = cold.iter().map(|e| e.latency_us).min().unwrap_or(0);
+            prop_assert!(cold.iter().any(|e| e.replica == chosen && e.latency_us == best));
+        }
+    }
+}
