@@ -22,7 +22,11 @@ fn names() -> impl Iterator<Item = &'static str> {
 }
 
 fn run(name: &str, seed: u64, steps: usize) -> Harness {
-    let mut harness = Harness::new(build(name), 8, seed);
+    run_with(name, 8, seed, steps)
+}
+
+fn run_with(name: &str, replicas: u32, seed: u64, steps: usize) -> Harness {
+    let mut harness = Harness::new(build(name), replicas, seed);
     for _ in 0..steps {
         harness.step();
     }
@@ -33,9 +37,9 @@ fn run(name: &str, seed: u64, steps: usize) -> Harness {
 fn picks_name_live_replicas_and_pending_picks_resolve() {
     let mut failures = Vec::new();
     for name in names() {
-        for seed in [1, 2] {
-            eprintln!("driving {name} with seed {seed}");
-            let mut harness = run(name, seed, STEPS);
+        for (replicas, seed) in [(8, 1), (8, 2), (1, 3), (40, 4)] {
+            eprintln!("driving {name} with {replicas} replicas, seed {seed}");
+            let mut harness = run_with(name, replicas, seed, STEPS);
             let settled = harness.settle(SETTLE_STEPS);
             failures.extend(harness.violations.iter().take(5).cloned());
             if !settled {

@@ -287,6 +287,9 @@ impl Harness {
                 probe.id, probe.replica
             ));
         }
+        if self.probes.iter().any(|p| p.probe.id == probe.id) {
+            self.violate(format!("probe id {:?} reused while outstanding", probe.id));
+        }
         let lost = self.rng.random_bool(0.05);
         let delay = if lost {
             self.policy.probe_timeout().unwrap_or(DEFAULT_PROBE_TIMEOUT)
