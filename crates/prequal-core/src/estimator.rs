@@ -383,6 +383,13 @@ impl LoadTracker {
     /// that is more recent); `error_rate` is the failed share of those completions, 0 when
     /// there were none.
     pub fn report(&self, now: Time) -> LoadReport {
+        self.report_at_rif(self.rif, now)
+    }
+
+    /// Like [`LoadTracker::report`], but for a RIF counted elsewhere: a multi-threaded server
+    /// may keep RIF in an atomic outside the lock that guards this tracker, and only feed
+    /// finishes here.
+    pub fn report_at_rif(&self, rif: u32, now: Time) -> LoadReport {
         let completed = self.completions.sum(now);
         let failed = self.errors.sum(now);
         let span = self.completions.span(now);
@@ -398,8 +405,8 @@ impl LoadTracker {
             failed as f64 / completed as f64
         };
         LoadReport {
-            rif: self.rif,
-            latency: self.estimator.estimate(self.rif, now).unwrap_or_default(),
+            rif,
+            latency: self.estimator.estimate(rif, now).unwrap_or_default(),
             qps: Some(completed as f64 / secs),
             utilization: None,
             error_rate: Some(error_rate),

@@ -166,6 +166,10 @@ fn rif_rises_and_falls_and_tags_samples() {
         tracker.on_finish(*arrival, Outcome::Success, t0 + ms(5));
     }
     assert_eq!(tracker.rif(), 0);
+    // A RIF counted elsewhere selects the estimate at that RIF: still fewer than
+    // `min_samples` in all, so the median of all five (1, 2, 3, 5, 5 ms).
+    assert_eq!(tracker.report_at_rif(2, t0 + ms(5)).rif, 2);
+    assert_eq!(tracker.report_at_rif(2, t0 + ms(5)).latency, ms(3));
     // A finish without an arrival (a driver bug) never wraps the counter.
     tracker.on_finish(arrivals[0], Outcome::Success, t0 + ms(6));
     assert_eq!(tracker.rif(), 0);
