@@ -210,6 +210,11 @@ impl Rule for C3Rule {
         }
     }
 
+    /// C3 was designed around feedback piggybacked on responses, so it takes it as a probe.
+    fn on_load_report(&mut self, replica: ReplicaId, report: &LoadReport, now: Time) {
+        self.on_reply(replica, report, now);
+    }
+
     fn on_complete(&mut self, replica: ReplicaId, completion: &Completion) {
         if let Some(s) = self.state.get_mut(replica) {
             s.response = ewma(

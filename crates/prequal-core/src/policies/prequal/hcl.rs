@@ -9,7 +9,7 @@
 //! exact: `q_rif = 1` calls nothing hot (latency-only control) and `q_rif = 0` calls everything
 //! hot (RIF-only control). Prequal paper, section 4, "Replica selection".
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use super::aversion::ReplicaLoad;
@@ -55,18 +55,35 @@ impl Threshold {
 }
 
 /// A bounded history of recently reported RIF values.
+///
+/// The values are kept twice: in arrival order, to know which to forget, and as a multiset
+/// (value → count), so a quantile is a walk over the distinct values (a handful in practice)
+/// instead of a sort of the whole history on every decision.
 #[derive(Clone, Debug, Default)]
 pub struct RifHistory {
     recent: VecDeque<u32>,
+    counts: BTreeMap<u32, usize>,
 }
 
 impl RifHistory {
     /// Records a reported RIF, forgetting the oldest beyond [`HISTORY_LEN`].
     pub fn push(&mut self, rif: u32) {
         if self.recent.len() >= HISTORY_LEN {
-            self.recent.pop_front();
+            if let Some(old) = self.recent.pop_front() {
+                self.forget(old);
+            }
         }
         self.recent.push_back(rif);
+        *self.counts.entry(rif).or_insert(0) += 1;
+    }
+
+    fn forget(&mut self, value: u32) {
+        if let Some(count) = self.counts.get_mut(&value) {
+            *count -= 1;
+            if *count == 0 {
+                self.counts.remove(&value);
+            }
+        }
     }
 
     /// Number of values held.
@@ -88,10 +105,16 @@ impl RifHistory {
         if q <= 0.0 {
             return Threshold::AllHot;
         }
-        let mut sorted: Vec<u32> = self.recent.iter().copied().collect();
-        sorted.sort_unstable();
-        let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-        Threshold::Above(sorted[rank - 1])
+        let len = self.recent.len();
+        let rank = ((q * len as f64).ceil() as usize).clamp(1, len);
+        let mut seen = 0;
+        for (value, count) in &self.counts {
+            seen += count;
+            if seen >= rank {
+                return Threshold::Above(*value);
+            }
+        }
+        Threshold::AllCold
     }
 }
 
@@ -204,6 +227,20 @@ mod tests {
     }
 
     proptest! {
+        /// The multiset walk gives the same nearest-rank quantile as sorting the history.
+        #[test]
+        fn quantile_matches_a_sort(
+            values in proptest::collection::vec(0u32..30, 1..400),
+            q in 0.01f64..0.99,
+        ) {
+            let h = history(&values);
+            let kept = &values[values.len().saturating_sub(HISTORY_LEN)..];
+            let mut sorted = kept.to_vec();
+            sorted.sort_unstable();
+            let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+            prop_assert_eq!(h.threshold(q), Threshold::Above(sorted[rank - 1]));
+        }
+
         /// Whenever a cold reply is present the minimum is cold; when all are hot the minimum
         /// has the lowest RIF.
         #[test]

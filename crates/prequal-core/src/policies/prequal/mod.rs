@@ -64,6 +64,8 @@ pub mod probing;
 pub mod sync;
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod sync_tests;
 #[cfg(test)]
 mod tests;

@@ -1,11 +1,13 @@
-//! Defaults and documentation of the parameters the probing policies share.
+//! The parameters the probing policies share: defaults, documentation, validation, and the
+//! reuse budget they imply.
 //!
 //! Every default here is also written, as TOML, in the matching [`ParamDoc`]; a test in
 //! `config.rs` checks the two agree.
 
 use std::time::Duration;
 
-use crate::config::ParamDoc;
+use super::aversion::Aversion;
+use crate::config::{ConfigError, ParamDoc};
 
 /// Default probes per query (r_probe), as in the paper's testbed.
 pub const PROBE_RATE: f64 = 3.0;
@@ -91,3 +93,93 @@ pub const ERROR_DECAY_DOC: ParamDoc = ParamDoc {
     default: "\"5s\"",
     doc: "time constant of the error-share decay, > 0; an avoided replica recovers in a few",
 };
+
+/// The probing, pool and removal parameters common to every async probing policy.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ProbingParams {
+    /// Probes per query (r_probe).
+    pub probe_rate: f64,
+    /// Most replies held (m).
+    pub pool_size: u32,
+    /// Age limit of a reply.
+    pub max_age: Duration,
+    /// δ in the b_reuse formula.
+    pub delta: f64,
+    /// Replies removed per query (r_remove).
+    pub remove_rate: f64,
+    /// Longest time without probing before an idle probe is sent.
+    pub max_idle: Duration,
+    /// How long a probe may take before the driver reports it failed.
+    pub probe_timeout: Duration,
+    /// Error aversion.
+    pub aversion: Aversion,
+}
+
+impl ProbingParams {
+    /// Range-checks every parameter, naming the offending key.
+    pub fn validate(&self, policy: &'static str) -> Result<(), ConfigError> {
+        let bad = |key, msg: &str| Err(ConfigError::invalid(policy, key, msg));
+        if !(self.probe_rate.is_finite() && self.probe_rate > 0.0) {
+            return bad("probe_rate", "must be a finite number > 0");
+        }
+        if self.pool_size == 0 {
+            return bad("pool_size", "must be at least 1");
+        }
+        if self.max_age.is_zero() {
+            return bad("max_age", "must be longer than zero");
+        }
+        if !(self.delta.is_finite() && self.delta > 0.0) {
+            return bad("delta", "must be a finite number > 0");
+        }
+        if !(self.remove_rate.is_finite() && self.remove_rate >= 0.0) {
+            return bad("remove_rate", "must be a finite number >= 0");
+        }
+        if self.max_idle.is_zero() {
+            return bad("max_idle", "must be longer than zero");
+        }
+        if self.probe_timeout.is_zero() {
+            return bad("probe_timeout", "must be longer than zero");
+        }
+        validate_aversion(policy, &self.aversion)
+    }
+}
+
+/// Range-checks the error-aversion parameters.
+pub fn validate_aversion(policy: &'static str, aversion: &Aversion) -> Result<(), ConfigError> {
+    if !(aversion.threshold >= 0.0 && aversion.threshold <= 1.0) {
+        return Err(ConfigError::invalid(
+            policy,
+            "error_threshold",
+            "must be between 0 and 1 (1 disables error aversion)",
+        ));
+    }
+    if aversion.decay.is_zero() {
+        return Err(ConfigError::invalid(
+            policy,
+            "error_decay",
+            "must be longer than zero",
+        ));
+    }
+    Ok(())
+}
+
+/// The reuse budget b_reuse = max{1, (1+δ) / ((1 − m/n)·r_probe − r_remove)} (Prequal paper,
+/// equation 1), capped at `m`.
+///
+/// The denominator is the net number of fresh replies a query adds to the pool beyond what it
+/// removes, allowing for the share m/n of probes that land on replicas already in the pool.
+/// When it is zero or negative (few replicas, or removal faster than probing) the formula has no
+/// finite value; the pool then cannot be kept full by probing alone, so replies are allowed the
+/// largest reuse, `m`. The same cap bounds huge values from a tiny positive denominator: a reply
+/// used `m` times has already had its RIF raised by `m`, enough for the rules to pass it over.
+pub fn b_reuse(m: u32, n: usize, r_probe: f64, r_remove: f64, delta: f64) -> f64 {
+    let cap = f64::from(m.max(1));
+    if n == 0 {
+        return cap;
+    }
+    let denominator = (1.0 - f64::from(m) / n as f64) * r_probe - r_remove;
+    if denominator.is_nan() || denominator <= 0.0 {
+        return cap;
+    }
+    ((1.0 + delta) / denominator).clamp(1.0, cap)
+}

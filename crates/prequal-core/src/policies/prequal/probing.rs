@@ -21,9 +21,9 @@ use std::time::Duration;
 use rand::RngCore;
 use rand::seq::index::sample;
 
-use super::aversion::{Aversion, ReplicaLoad, random_replica};
+use super::aversion::{ReplicaLoad, random_replica};
+pub use super::params::{ProbingParams, b_reuse, validate_aversion};
 use super::pool::{Entry, Pool};
-use crate::config::ConfigError;
 use crate::policy::{
     Completion, LoadReport, Pick, Policy, PoolEntryView, ProbeId, ProbeRequest, Query, ReplicaView,
     Snapshot,
@@ -31,96 +31,6 @@ use crate::policy::{
 use crate::replica::{ReplicaChange, ReplicaId, Replicas};
 use crate::rounding::{RateRounder, random_round};
 use crate::time::{Time, duration_nanos};
-
-/// The probing, pool and removal parameters common to every async probing policy.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ProbingParams {
-    /// Probes per query (r_probe).
-    pub probe_rate: f64,
-    /// Most replies held (m).
-    pub pool_size: u32,
-    /// Age limit of a reply.
-    pub max_age: Duration,
-    /// δ in the b_reuse formula.
-    pub delta: f64,
-    /// Replies removed per query (r_remove).
-    pub remove_rate: f64,
-    /// Longest time without probing before an idle probe is sent.
-    pub max_idle: Duration,
-    /// How long a probe may take before the driver reports it failed.
-    pub probe_timeout: Duration,
-    /// Error aversion.
-    pub aversion: Aversion,
-}
-
-impl ProbingParams {
-    /// Range-checks every parameter, naming the offending key.
-    pub fn validate(&self, policy: &'static str) -> Result<(), ConfigError> {
-        let bad = |key, msg: &str| Err(ConfigError::invalid(policy, key, msg));
-        if !(self.probe_rate.is_finite() && self.probe_rate > 0.0) {
-            return bad("probe_rate", "must be a finite number > 0");
-        }
-        if self.pool_size == 0 {
-            return bad("pool_size", "must be at least 1");
-        }
-        if self.max_age.is_zero() {
-            return bad("max_age", "must be longer than zero");
-        }
-        if !(self.delta.is_finite() && self.delta > 0.0) {
-            return bad("delta", "must be a finite number > 0");
-        }
-        if !(self.remove_rate.is_finite() && self.remove_rate >= 0.0) {
-            return bad("remove_rate", "must be a finite number >= 0");
-        }
-        if self.max_idle.is_zero() {
-            return bad("max_idle", "must be longer than zero");
-        }
-        if self.probe_timeout.is_zero() {
-            return bad("probe_timeout", "must be longer than zero");
-        }
-        validate_aversion(policy, &self.aversion)
-    }
-}
-
-/// Range-checks the error-aversion parameters.
-pub fn validate_aversion(policy: &'static str, aversion: &Aversion) -> Result<(), ConfigError> {
-    if !(aversion.threshold >= 0.0 && aversion.threshold <= 1.0) {
-        return Err(ConfigError::invalid(
-            policy,
-            "error_threshold",
-            "must be between 0 and 1 (1 disables error aversion)",
-        ));
-    }
-    if aversion.decay.is_zero() {
-        return Err(ConfigError::invalid(
-            policy,
-            "error_decay",
-            "must be longer than zero",
-        ));
-    }
-    Ok(())
-}
-
-/// The reuse budget b_reuse = max{1, (1+δ) / ((1 − m/n)·r_probe − r_remove)} (Prequal paper,
-/// equation 1), capped at `m`.
-///
-/// The denominator is the net number of fresh replies a query adds to the pool beyond what it
-/// removes, allowing for the share m/n of probes that land on replicas already in the pool.
-/// When it is zero or negative (few replicas, or removal faster than probing) the formula has no
-/// finite value; the pool then cannot be kept full by probing alone, so replies are allowed the
-/// largest reuse, `m`. The same cap bounds huge values from a tiny positive denominator: a reply
-/// used `m` times has already had its RIF raised by `m`, enough for the rules to pass it over.
-pub fn b_reuse(m: u32, n: usize, r_probe: f64, r_remove: f64, delta: f64) -> f64 {
-    let cap = f64::from(m.max(1));
-    if n == 0 {
-        return cap;
-    }
-    let denominator = (1.0 - f64::from(m) / n as f64) * r_probe - r_remove;
-    if denominator.is_nan() || denominator <= 0.0 {
-        return cap;
-    }
-    ((1.0 + delta) / denominator).clamp(1.0, cap)
-}
 
 /// How a rule ranks one reply: smaller is better, compared hot flag first, then `key`, then
 /// `tie`. Rules without a hot/cold split leave `hot` false.
@@ -159,6 +69,11 @@ pub trait Rule: fmt::Debug + Send + 'static {
 
     /// A probe reply arrived from `replica` (before it enters the pool).
     fn on_reply(&mut self, replica: ReplicaId, report: &LoadReport, now: Time);
+
+    /// A replica reported its load unasked, piggybacked on a response. Such reports come only
+    /// from replicas this client chose, a biased sample, so they never enter the pool and by
+    /// default are ignored.
+    fn on_load_report(&mut self, _replica: ReplicaId, _report: &LoadReport, _now: Time) {}
 
     /// A query sent to `replica` finished.
     fn on_complete(&mut self, _replica: ReplicaId, _completion: &Completion) {}
@@ -271,12 +186,11 @@ impl<R: Rule> AsyncProbing<R> {
     }
 
     /// The best reply's index (ties go to the newest), if the pool holds two or more.
-    fn select(&self, now: Time) -> Option<usize> {
+    fn select(&self, cx: &R::Context, now: Time) -> Option<usize> {
         if self.pool.len() < 2 {
             return None;
         }
-        let cx = self.rule.context();
-        let ranked = self.ranked(&cx, now);
+        let ranked = self.ranked(cx, now);
         let best = (0..ranked.len())
             .rev()
             .min_by(|&a, &b| order_with_aversion(&ranked[a], &ranked[b]))?;
@@ -296,18 +210,17 @@ impl<R: Rule> AsyncProbing<R> {
     }
 
     /// The worst reply's index (ties go to the oldest).
-    fn worst(&self, now: Time) -> Option<usize> {
-        let cx = self.rule.context();
-        let ranked = self.ranked(&cx, now);
+    fn worst(&self, cx: &R::Context, now: Time) -> Option<usize> {
+        let ranked = self.ranked(cx, now);
         (0..ranked.len())
             .max_by(|&a, &b| order_with_aversion(&ranked[a], &ranked[b]).then(b.cmp(&a)))
     }
 
     /// Removes `r_remove` replies for this query, alternating oldest and worst.
-    fn remove_per_query(&mut self, now: Time) {
+    fn remove_per_query(&mut self, cx: &R::Context, now: Time) {
         for _ in 0..self.remove_count.next_count() {
             let index = if self.remove_worst_next {
-                self.worst(now)
+                self.worst(cx, now)
             } else {
                 (!self.pool.is_empty()).then_some(0)
             };
@@ -364,7 +277,10 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         }
         let count = self.probe_count.next_count();
         self.queue_probes(count, now, rng);
-        let chosen = match self.select(now) {
+        // Using a reply changes neither the RIF history nor α, so one context serves the whole
+        // decision.
+        let cx = self.rule.context();
+        let chosen = match self.select(&cx, now) {
             Some(index) => self.pool.use_entry(index),
             None => {
                 let id = random_replica(&self.replicas, now, &self.params.aversion, rng);
@@ -372,7 +288,7 @@ impl<R: Rule> Policy for AsyncProbing<R> {
                 id
             }
         };
-        self.remove_per_query(now);
+        self.remove_per_query(&cx, now);
         match chosen.and_then(|id| self.replicas.get_mut(id).map(|l| (id, l))) {
             Some((id, load)) => {
                 load.picks += 1;
@@ -427,6 +343,13 @@ impl<R: Rule> Policy for AsyncProbing<R> {
             uses: 0,
             budget,
         });
+    }
+
+    fn on_load_report(&mut self, replica: ReplicaId, report: &LoadReport, now: Time) {
+        self.pool.expire(now);
+        if self.replicas.contains(replica) {
+            self.rule.on_load_report(replica, report, now);
+        }
     }
 
     fn on_probe_failure(&mut self, probe: &ProbeRequest, now: Time) {

@@ -3,7 +3,6 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use proptest::prelude::*;
 use rand::RngCore;
 
 use super::probing::b_reuse;
@@ -15,7 +14,7 @@ use crate::replica::{ReplicaChange, ReplicaId};
 use crate::testing::rng;
 use crate::time::Time;
 
-fn report(rif: u32, latency_ms: u64) -> LoadReport {
+pub(super) fn report(rif: u32, latency_ms: u64) -> LoadReport {
     LoadReport {
         rif,
         latency: Duration::from_millis(latency_ms),
@@ -23,7 +22,7 @@ fn report(rif: u32, latency_ms: u64) -> LoadReport {
     }
 }
 
-fn probe(replica: u32) -> ProbeRequest {
+pub(super) fn probe(replica: u32) -> ProbeRequest {
     ProbeRequest {
         id: ProbeId(0),
         replica: ReplicaId(replica),
@@ -32,7 +31,7 @@ fn probe(replica: u32) -> ProbeRequest {
     }
 }
 
-fn query(id: u64) -> Query {
+pub(super) fn query(id: u64) -> Query {
     Query {
         id: QueryId(id),
         hint: None,
@@ -40,7 +39,7 @@ fn query(id: u64) -> Query {
 }
 
 /// A `prequal` instance over replicas `0..n` built from `config`.
-fn policy(config: &Config, n: u32) -> Prequal {
+pub(super) fn policy(config: &Config, n: u32) -> Prequal {
     let mut p = Prequal::new(config.probing(), Hcl::new(config.q_rif));
     for id in 0..n {
         p.on_replica_change(ReplicaChange::Insert(ReplicaId(id)), Time::ZERO);
@@ -48,7 +47,7 @@ fn policy(config: &Config, n: u32) -> Prequal {
     p
 }
 
-fn pick_id(p: &mut dyn Policy, q: u64, now: Time, rng: &mut dyn RngCore) -> ReplicaId {
+pub(super) fn pick_id(p: &mut dyn Policy, q: u64, now: Time, rng: &mut dyn RngCore) -> ReplicaId {
     match p.pick(&query(q), now, rng) {
         Pick::Replica(id) => id,
         other => panic!("expected a replica, got {other:?}"),
@@ -56,7 +55,7 @@ fn pick_id(p: &mut dyn Policy, q: u64, now: Time, rng: &mut dyn RngCore) -> Repl
 }
 
 /// Drains queued probes without answering them.
-fn drop_probes(p: &mut dyn Policy, rng: &mut dyn RngCore) -> Vec<ProbeRequest> {
+pub(super) fn drop_probes(p: &mut dyn Policy, rng: &mut dyn RngCore) -> Vec<ProbeRequest> {
     std::iter::from_fn(|| p.poll_probe(Time::ZERO, rng)).collect()
 }
 
@@ -404,113 +403,4 @@ fn config_rejects_out_of_range_values_by_key() {
     assert_eq!(parsed.max_age, Duration::from_millis(250));
     assert_eq!(parsed.probe_rate, 1.5);
     assert!(toml::from_str::<Config>("qrif = 0.5").is_err());
-}
-
-#[derive(Clone, Debug)]
-enum Event {
-    Pick,
-    Reply(u32, u32, u64),
-    Advance(u64),
-    Complete(u32, bool),
-    Remove(u32),
-    Insert(u32),
-    Idle,
-}
-
-fn event() -> impl Strategy<Value = Event> {
-    prop_oneof![
-        4 => Just(Event::Pick),
-        4 => (0u32..8, 0u32..10, 0u64..50).prop_map(|(r, rif, ms)| Event::Reply(r, rif, ms)),
-        2 => (0u64..40).prop_map(Event::Advance),
-        1 => (0u32..8, any::<bool>()).prop_map(|(r, ok)| Event::Complete(r, ok)),
-        1 => (0u32..8).prop_map(Event::Remove),
-        1 => (0u32..8).prop_map(Event::Insert),
-        1 => Just(Event::Idle),
-    ]
-}
-
-fn apply(p: &mut Prequal, ev: &Event, now: &mut Time, q: &mut u64, rng: &mut dyn RngCore) {
-    match *ev {
-        Event::Pick => {
-            *q += 1;
-            let _ = p.pick(&query(*q), *now, rng);
-            drop_probes(p, rng);
-        }
-        Event::Reply(r, rif, ms) => p.on_probe_reply(&probe(r), &report(rif, ms), *now, rng),
-        Event::Advance(ms) => *now = *now + Duration::from_millis(ms),
-        Event::Complete(r, ok) => {
-            let outcome = if ok { Outcome::Success } else { Outcome::Error };
-            let done = Completion {
-                query: QueryId(0),
-                latency: Duration::from_millis(3),
-                outcome,
-            };
-            p.on_complete(ReplicaId(r), &done, *now);
-        }
-        Event::Remove(r) => p.on_replica_change(ReplicaChange::Remove(ReplicaId(r)), *now),
-        Event::Insert(r) => p.on_replica_change(ReplicaChange::Insert(ReplicaId(r)), *now),
-        Event::Idle => p.handle_timeout(*now, rng),
-    }
-}
-
-proptest! {
-    /// After any event the pool holds at most m replies, none past its age limit or reuse
-    /// budget, and none from a replica that left.
-    #[test]
-    fn pool_stays_within_its_bounds(
-        events in proptest::collection::vec(event(), 1..200),
-        pool_size in 1u32..6,
-        probe_rate in 0.1f64..4.0,
-        remove_rate in 0.0f64..2.0,
-        seed in any::<u64>(),
-    ) {
-        let config = Config {
-            pool_size,
-            probe_rate,
-            remove_rate,
-            max_age: Duration::from_millis(60),
-            ..Config::default()
-        };
-        let mut p = policy(&config, 6);
-        let mut rng = rng(seed);
-        let (mut now, mut q) = (Time::ZERO, 0);
-        for ev in &events {
-            apply(&mut p, ev, &mut now, &mut q, &mut rng);
-            prop_assert!(p.pool().len() <= pool_size as usize);
-            // Time passing is not an event the policy sees; it expires replies at its next one.
-            let seen = !matches!(ev, Event::Advance(_));
-            for e in p.pool().iter() {
-                prop_assert!(!seen || e.age(now) <= config.max_age, "{:?} at {:?}", e, now);
-                prop_assert!(e.uses < e.budget, "{:?}", e);
-                let present = p.snapshot(now).replicas.iter().any(|r| r.id == Some(e.replica));
-                prop_assert!(present, "{:?}", e);
-            }
-        }
-    }
-
-    /// With any cold reply in the pool, the policy never picks a replica that only has hot
-    /// replies; with all hot, it picks one with the lowest RIF.
-    #[test]
-    fn hcl_never_picks_hot_when_cold_exists(
-        replies in proptest::collection::vec((0u32..6, 0u32..12, 1u64..100), 2..16),
-        q_rif in 0.05f64..0.95,
-        seed in any::<u64>(),
-    ) {
-        let config = Config { q_rif, remove_rate: 0.0, ..Config::default() };
-        let mut p = policy(&config, 6);
-        let mut rng = rng(seed);
-        for (r, rif, ms) in &replies {
-            p.on_probe_reply(&probe(*r), &report(*rif, *ms), Time::ZERO, &mut rng);
-        }
-        let pool = p.snapshot(Time::ZERO).pool;
-        let chosen = pick_id(&mut p, 1, Time::ZERO, &mut rng);
-        let cold: Vec<_> = pool.iter().filter(|e| !e.hot).collect();
-        if cold.is_empty() {
-            let min_rif = pool.iter().map(|e| e.rif).min().unwrap_or(0);
-            prop_assert!(pool.iter().any(|e| e.replica == chosen && e.rif == min_rif));
-        } else {
-            let best = cold.iter().map(|e| e.latency_us).min().unwrap_or(0);
-            prop_assert!(cold.iter().any(|e| e.replica == chosen && e.latency_us == best));
-        }
-    }
 }

@@ -1,0 +1,122 @@
+//! Property tests of the async engine with the HCL rule over random event sequences.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use rand::RngCore;
+
+use super::tests::{drop_probes, pick_id, policy, probe, query, report};
+use super::*;
+use crate::policy::{Completion, Outcome, Policy, QueryId};
+use crate::replica::{ReplicaChange, ReplicaId};
+use crate::testing::rng;
+use crate::time::Time;
+
+#[derive(Clone, Debug)]
+enum Event {
+    Pick,
+    Reply(u32, u32, u64),
+    Advance(u64),
+    Complete(u32, bool),
+    Remove(u32),
+    Insert(u32),
+    Idle,
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        4 => Just(Event::Pick),
+        4 => (0u32..8, 0u32..10, 0u64..50).prop_map(|(r, rif, ms)| Event::Reply(r, rif, ms)),
+        2 => (0u64..40).prop_map(Event::Advance),
+        1 => (0u32..8, any::<bool>()).prop_map(|(r, ok)| Event::Complete(r, ok)),
+        1 => (0u32..8).prop_map(Event::Remove),
+        1 => (0u32..8).prop_map(Event::Insert),
+        1 => Just(Event::Idle),
+    ]
+}
+
+fn apply(p: &mut Prequal, ev: &Event, now: &mut Time, q: &mut u64, rng: &mut dyn RngCore) {
+    match *ev {
+        Event::Pick => {
+            *q += 1;
+            let _ = p.pick(&query(*q), *now, rng);
+            drop_probes(p, rng);
+        }
+        Event::Reply(r, rif, ms) => p.on_probe_reply(&probe(r), &report(rif, ms), *now, rng),
+        Event::Advance(ms) => *now = *now + Duration::from_millis(ms),
+        Event::Complete(r, ok) => {
+            let outcome = if ok { Outcome::Success } else { Outcome::Error };
+            let done = Completion {
+                query: QueryId(0),
+                latency: Duration::from_millis(3),
+                outcome,
+            };
+            p.on_complete(ReplicaId(r), &done, *now);
+        }
+        Event::Remove(r) => p.on_replica_change(ReplicaChange::Remove(ReplicaId(r)), *now),
+        Event::Insert(r) => p.on_replica_change(ReplicaChange::Insert(ReplicaId(r)), *now),
+        Event::Idle => p.handle_timeout(*now, rng),
+    }
+}
+
+proptest! {
+    /// After any event the pool holds at most m replies, none past its age limit or reuse
+    /// budget, and none from a replica that left.
+    #[test]
+    fn pool_stays_within_its_bounds(
+        events in proptest::collection::vec(event(), 1..200),
+        pool_size in 1u32..6,
+        probe_rate in 0.1f64..4.0,
+        remove_rate in 0.0f64..2.0,
+        seed in any::<u64>(),
+    ) {
+        let config = Config {
+            pool_size,
+            probe_rate,
+            remove_rate,
+            max_age: Duration::from_millis(60),
+            ..Config::default()
+        };
+        let mut p = policy(&config, 6);
+        let mut rng = rng(seed);
+        let (mut now, mut q) = (Time::ZERO, 0);
+        for ev in &events {
+            apply(&mut p, ev, &mut now, &mut q, &mut rng);
+            prop_assert!(p.pool().len() <= pool_size as usize);
+            // Time passing is not an event the policy sees; it expires replies at its next one.
+            let seen = !matches!(ev, Event::Advance(_));
+            for e in p.pool().iter() {
+                prop_assert!(!seen || e.age(now) <= config.max_age, "{:?} at {:?}", e, now);
+                prop_assert!(e.uses < e.budget, "{:?}", e);
+                let present = p.snapshot(now).replicas.iter().any(|r| r.id == Some(e.replica));
+                prop_assert!(present, "{:?}", e);
+            }
+        }
+    }
+
+    /// With any cold reply in the pool, the policy never picks a replica that only has hot
+    /// replies; with all hot, it picks one with the lowest RIF.
+    #[test]
+    fn hcl_never_picks_hot_when_cold_exists(
+        replies in proptest::collection::vec((0u32..6, 0u32..12, 1u64..100), 2..16),
+        q_rif in 0.05f64..0.95,
+        seed in any::<u64>(),
+    ) {
+        let config = Config { q_rif, remove_rate: 0.0, ..Config::default() };
+        let mut p = policy(&config, 6);
+        let mut rng = rng(seed);
+        for (r, rif, ms) in &replies {
+            p.on_probe_reply(&probe(*r), &report(*rif, *ms), Time::ZERO, &mut rng);
+        }
+        let pool = p.snapshot(Time::ZERO).pool;
+        let chosen = pick_id(&mut p, 1, Time::ZERO, &mut rng);
+        let cold: Vec<_> = pool.iter().filter(|e| !e.hot).collect();
+        if cold.is_empty() {
+            let min_rif = pool.iter().map(|e| e.rif).min().unwrap_or(0);
+            prop_assert!(pool.iter().any(|e| e.replica == chosen && e.rif == min_rif));
+        } else {
+            let best = cold.iter().map(|e| e.latency_us).min().unwrap_or(0);
+            prop_assert!(cold.iter().any(|e| e.replica == chosen && e.latency_us == best));
+        }
+    }
+}
