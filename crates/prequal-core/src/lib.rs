@@ -42,9 +42,13 @@ pub use config::{BuildPolicy, ConfigError, ParamDoc, PolicyConfig, PolicyInfo, c
 pub use estimator::{
     Arrival, EstimatorConfig, EstimatorConfigError, LatencyEstimator, LoadTracker,
 };
+pub use ewma::PeakEwma;
+pub use outlier::{OutlierConfig, OutlierDetector};
 pub use policy::{
     Completion, LoadReport, Outcome, Pick, Policy, PoolEntryView, ProbeId, ProbeRequest, Query,
     QueryId, ReplicaView, Snapshot,
 };
 pub use replica::{ReplicaChange, ReplicaId, Replicas};
+pub use retry_budget::{BlockConfigError, RetryBudget, RetryBudgetConfig};
+pub use slow_start::SlowStartConfig;
 pub use time::Time;

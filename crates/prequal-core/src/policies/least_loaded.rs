@@ -202,6 +202,66 @@ mod tests {
         let _ = rng(0);
     }
 
+    /// Drives a baseline through picks, completions and polls for `steps` virtual milliseconds.
+    fn script(name: &str, seed: u64, steps: u64) -> Vec<Pick> {
+        use crate::config::PolicyConfig;
+        use crate::policy::LoadReport;
+        let mut policy = with_replicas(
+            PolicyConfig::from_name(name).unwrap().build().unwrap(),
+            0..5,
+        );
+        let mut r = rng(seed);
+        let mut picks = Vec::new();
+        for step in 0..steps {
+            let now = Time::from_millis(step * 10);
+            if policy.poll_timeout().is_some_and(|t| t <= now) {
+                policy.handle_timeout(now, &mut r);
+            }
+            while let Some(probe) = policy.poll_probe(now, &mut r) {
+                let id = u64::from(probe.replica.0);
+                let report = LoadReport {
+                    rif: ((id * 3 + step) % 5) as u32,
+                    qps: Some(100.0 + id as f64),
+                    utilization: Some(0.5),
+                    ..LoadReport::default()
+                };
+                policy.on_probe_reply(&probe, &report, now, &mut r);
+            }
+            let pick = policy.pick(&Query::default(), now, &mut r);
+            if let Pick::Replica(id) = pick {
+                policy.on_dispatch(id, QueryId(step), now);
+                if step % 3 != 0 {
+                    let done = Completion {
+                        query: QueryId(step),
+                        latency: Duration::from_millis(u64::from(id.0) * 7 + step % 11),
+                        outcome: Outcome::Success,
+                    };
+                    policy.on_complete(id, &done, now);
+                }
+            }
+            picks.push(pick);
+        }
+        picks
+    }
+
+    #[test]
+    fn every_baseline_repeats_its_decisions_with_the_same_seed() {
+        for name in [
+            "weighted-round-robin",
+            "least-loaded",
+            "least-loaded-p2c",
+            "peak-ewma",
+            "yarp-p2c",
+        ] {
+            let first = script(name, 42, 400);
+            assert_eq!(first, script(name, 42, 400), "{name}");
+            assert!(
+                first.iter().all(|p| matches!(p, Pick::Replica(_))),
+                "{name}"
+            );
+        }
+    }
+
     #[test]
     fn empty_set_has_no_replica_and_unknown_feedback_is_ignored() {
         let mut policy = Config::default().build();

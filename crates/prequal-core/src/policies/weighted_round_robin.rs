@@ -114,15 +114,13 @@ impl BuildPolicy for Config {
 
     fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |key, msg| Err(ConfigError::invalid(Self::INFO.name, key, msg));
-        let ms = Duration::from_millis(1);
-        if self.poll_interval < ms {
-            return invalid("poll_interval", "must be at least 1ms");
-        }
-        if self.weight_update_period < ms {
-            return invalid("weight_update_period", "must be at least 1ms");
-        }
-        if self.report_expiry < ms {
-            return invalid("report_expiry", "must be at least 1ms");
+        let periods = [
+            ("poll_interval", self.poll_interval),
+            ("weight_update_period", self.weight_update_period),
+            ("report_expiry", self.report_expiry),
+        ];
+        if let Some((key, _)) = periods.iter().find(|(_, d)| *d < Duration::from_millis(1)) {
+            return invalid(key, "must be at least 1ms");
         }
         if !(self.error_penalty.is_finite() && self.error_penalty >= 0.0) {
             return invalid("error_penalty", "must be a finite number >= 0");
