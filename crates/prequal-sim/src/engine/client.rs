@@ -1,0 +1,325 @@
+//! Client-side events: arrivals, picks, dispatch, responses, deadlines, probes and timers.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use prequal_core::{
+    Completion, Outcome, Pick, Policy, ProbeRequest, Query, QueryId, ReplicaId, Time,
+};
+use rand::rngs::SmallRng;
+use rand_distr::{Distribution as _, Exp1};
+
+use super::{Event, Sim};
+use crate::scenario::Arrivals;
+
+/// One query a client has issued and not yet finished.
+#[derive(Clone, Copy, Debug, Default)]
+struct Slot {
+    generation: u32,
+    live: bool,
+    replica: u32,
+    issued: Time,
+    dispatched: Option<Time>,
+    /// Where the replica keeps the query's work, once it arrived there.
+    server_slot: Option<u32>,
+}
+
+/// A balancing client: its policy, its RNG, its queries and probes in flight.
+pub(super) struct Client {
+    pub(super) policy: Box<dyn Policy>,
+    rng: SmallRng,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    probes: HashMap<u64, (ProbeRequest, Option<prequal_core::LoadReport>)>,
+    timer: Option<Time>,
+}
+
+fn query_id(slot: u32, generation: u32) -> u64 {
+    u64::from(generation) << 32 | u64::from(slot)
+}
+
+impl Client {
+    pub(super) fn new(policy: Box<dyn Policy>, rng: SmallRng) -> Self {
+        Client {
+            policy,
+            rng,
+            slots: Vec::new(),
+            free: Vec::new(),
+            probes: HashMap::new(),
+            timer: None,
+        }
+    }
+
+    fn open(&mut self, now: Time) -> u64 {
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(Slot::default());
+            (self.slots.len() - 1) as u32
+        });
+        let s = &mut self.slots[slot as usize];
+        s.generation = s.generation.wrapping_add(1);
+        s.live = true;
+        s.issued = now;
+        s.dispatched = None;
+        s.server_slot = None;
+        query_id(slot, s.generation)
+    }
+
+    fn get(&self, query: u64) -> Option<&Slot> {
+        let s = self.slots.get((query & 0xFFFF_FFFF) as usize)?;
+        (s.live && s.generation == (query >> 32) as u32).then_some(s)
+    }
+
+    fn get_mut(&mut self, query: u64) -> Option<&mut Slot> {
+        let s = self.slots.get_mut((query & 0xFFFF_FFFF) as usize)?;
+        (s.live && s.generation == (query >> 32) as u32).then_some(s)
+    }
+
+    fn close(&mut self, query: u64) -> Option<Slot> {
+        let slot = *self.get(query)?;
+        let index = (query & 0xFFFF_FFFF) as u32;
+        self.slots[index as usize].live = false;
+        self.free.push(index);
+        Some(slot)
+    }
+
+    /// True when `query` is still waiting for its response (the replica drops it otherwise).
+    pub(super) fn in_flight(&self, query: u64) -> bool {
+        self.get(query).is_some_and(|s| s.dispatched.is_some())
+    }
+}
+
+impl Sim<'_> {
+    pub(super) fn schedule_arrival(&mut self, c: u32) {
+        let now = self.now;
+        if now >= self.end {
+            return;
+        }
+        let per_client = self.offered_qps(now) / self.clients.len() as f64;
+        let gap = if per_client <= 0.0 {
+            // Idle phase: look again at the next phase boundary.
+            let phases = &self.compiled.phases;
+            let i = phases.partition_point(|p| p.end <= now);
+            match phases.get(i) {
+                Some(p) => p.end.saturating_since(now).max(Duration::from_millis(1)),
+                None => return,
+            }
+        } else {
+            let scale = match self.compiled.scenario.clients.arrivals {
+                Arrivals::Poisson => Exp1.sample(&mut self.clients[c as usize].rng),
+                Arrivals::Constant => 1.0,
+            };
+            Duration::from_nanos((scale / per_client * 1e9).round().max(1.0) as u64)
+        };
+        self.queue.push(now + gap, Event::Arrival(c));
+    }
+
+    pub(super) fn on_arrival(&mut self, c: u32) {
+        let now = self.now;
+        let per_client = self.offered_qps(now) / self.clients.len() as f64;
+        if per_client > 0.0 {
+            let client = &mut self.clients[c as usize];
+            let query = client.open(now);
+            let q = Query {
+                id: QueryId(query),
+                hint: None,
+            };
+            match client.policy.pick(&q, now, &mut client.rng) {
+                Pick::Replica(r) => self.dispatch(c, query, r),
+                Pick::Pending => {}
+                Pick::NoReplica => self.no_replica(c, query),
+            }
+        }
+        self.schedule_arrival(c);
+        self.service_client(c);
+    }
+
+    fn no_replica(&mut self, c: u32, query: u64) {
+        if let Some(slot) = self.clients[c as usize].close(query) {
+            self.recorder.query(slot.issued, None, None);
+        }
+    }
+
+    fn dispatch(&mut self, c: u32, query: u64, replica: ReplicaId) {
+        let now = self.now;
+        let client = &mut self.clients[c as usize];
+        let Some(slot) = client.get_mut(query) else {
+            return;
+        };
+        slot.replica = replica.0;
+        slot.dispatched = Some(now);
+        let issued = slot.issued;
+        client.policy.on_dispatch(replica, QueryId(query), now);
+        let at = now + self.delay(false);
+        self.queue.push(
+            at,
+            Event::AtServer {
+                client: c,
+                server: replica.0,
+                query,
+            },
+        );
+        if let Some(deadline) = self.compiled.scenario.clients.deadline {
+            self.queue
+                .push(issued + deadline, Event::Deadline { client: c, query });
+        }
+    }
+
+    /// Finishes `query` at the client with `outcome`, telling the policy and the recorder.
+    fn complete(&mut self, c: u32, query: u64, outcome: Outcome) {
+        let now = self.now;
+        let client = &mut self.clients[c as usize];
+        let Some(slot) = client.close(query) else {
+            return;
+        };
+        let Some(sent) = slot.dispatched else {
+            return;
+        };
+        let completion = Completion {
+            query: QueryId(query),
+            latency: now.saturating_since(sent),
+            outcome,
+        };
+        client
+            .policy
+            .on_complete(ReplicaId(slot.replica), &completion, now);
+        let latency = now.saturating_since(slot.issued).as_nanos() as u64;
+        self.recorder
+            .query(slot.issued, Some(latency), Some(outcome));
+        self.service_client(c);
+    }
+
+    pub(super) fn on_response(&mut self, c: u32, query: u64, error: bool) {
+        let outcome = if error {
+            Outcome::Error
+        } else {
+            Outcome::Success
+        };
+        self.complete(c, query, outcome);
+    }
+
+    pub(super) fn on_deadline(&mut self, c: u32, query: u64) {
+        let Some(slot) = self.clients[c as usize].get(query).copied() else {
+            return;
+        };
+        if let Some(server_slot) = slot.server_slot {
+            self.cancel_at_server(slot.replica, server_slot, c, query);
+        }
+        self.complete(c, query, Outcome::Timeout);
+    }
+
+    /// Drains decisions and probes the policy has ready and re-arms its timer.
+    pub(super) fn service_client(&mut self, c: u32) {
+        let now = self.now;
+        loop {
+            let client = &mut self.clients[c as usize];
+            let Some((QueryId(query), pick)) = client.policy.poll_pick(now, &mut client.rng) else {
+                break;
+            };
+            match pick {
+                Pick::Replica(r) => self.dispatch(c, query, r),
+                Pick::NoReplica => self.no_replica(c, query),
+                Pick::Pending => {}
+            }
+        }
+        loop {
+            let client = &mut self.clients[c as usize];
+            let Some(probe) = client.policy.poll_probe(now, &mut client.rng) else {
+                break;
+            };
+            let timeout = client.policy.probe_timeout();
+            client.probes.insert(probe.id.0, (probe, None));
+            let at = now + self.delay(true);
+            let (server, id) = (probe.replica.0, probe.id.0);
+            self.queue.push(
+                at,
+                Event::ProbeAtServer {
+                    client: c,
+                    server,
+                    probe: id,
+                },
+            );
+            if let Some(t) = timeout {
+                self.queue.push(
+                    now + t,
+                    Event::ProbeTimeout {
+                        client: c,
+                        probe: id,
+                    },
+                );
+            }
+        }
+        self.arm_timer(c);
+    }
+
+    fn arm_timer(&mut self, c: u32) {
+        let now = self.now;
+        let client = &mut self.clients[c as usize];
+        let Some(want) = client.policy.poll_timeout() else {
+            return;
+        };
+        // Never schedule in the past, and never spin at one instant.
+        let want = want.max(now + Duration::from_micros(1));
+        if client.timer.is_none_or(|t| want < t) {
+            client.timer = Some(want);
+            self.queue.push(want, Event::Timer(c));
+        }
+    }
+
+    pub(super) fn on_timer(&mut self, c: u32) {
+        let now = self.now;
+        let client = &mut self.clients[c as usize];
+        if client.timer == Some(now) {
+            client.timer = None;
+        }
+        if client.policy.poll_timeout().is_some_and(|t| t <= now) {
+            client.policy.handle_timeout(now, &mut client.rng);
+        }
+        self.service_client(c);
+    }
+
+    /// A probe reached its replica; the reply (computed there) travels back.
+    pub(super) fn deliver_probe_report(
+        &mut self,
+        c: u32,
+        probe: u64,
+        report: prequal_core::LoadReport,
+    ) {
+        if let Some(entry) = self.clients[c as usize].probes.get_mut(&probe) {
+            entry.1 = Some(report);
+            let at = self.now + self.delay(true);
+            self.queue.push(at, Event::ProbeReply { client: c, probe });
+        }
+    }
+
+    pub(super) fn on_probe_reply(&mut self, c: u32, probe: u64) {
+        let now = self.now;
+        let client = &mut self.clients[c as usize];
+        if let Some((request, Some(report))) = client.probes.remove(&probe) {
+            client
+                .policy
+                .on_probe_reply(&request, &report, now, &mut client.rng);
+            self.service_client(c);
+        }
+    }
+
+    pub(super) fn on_probe_timeout(&mut self, c: u32, probe: u64) {
+        let now = self.now;
+        let client = &mut self.clients[c as usize];
+        if let Some((request, _)) = client.probes.remove(&probe) {
+            client.policy.on_probe_failure(&request, now);
+            self.service_client(c);
+        }
+    }
+
+    /// Whether client `c` still waits for `query` (used by replicas to drop abandoned work).
+    pub(super) fn client_waits(&self, c: u32, query: u64) -> bool {
+        self.clients[c as usize].in_flight(query)
+    }
+
+    /// Remembers where the replica keeps `query`, so a deadline can cancel it there.
+    pub(super) fn note_server_slot(&mut self, c: u32, query: u64, server_slot: u32) {
+        if let Some(s) = self.clients[c as usize].get_mut(query) {
+            s.server_slot = Some(server_slot);
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! The discrete-event engine: clients, replicas and the network in integer virtual time.
+//!
+//! One run simulates one contender (a policy config) under one scenario. Every client owns
+//! its own policy instance, built by the core from config, and its own seeded RNG; replicas own
+//! a [`crate::model::ReplicaModel`] and the core's [`prequal_core::LoadTracker`], which answers
+//! probes. Events sit in a [`crate::queue::EventQueue`] (FIFO among equal times), so a seed and
+//! a scenario always give the same run, event for event.
+//!
+//! The engine drives the whole [`prequal_core::Policy`] contract: replica inserts at time zero;
+//! `pick` (and `poll_pick` for pending decisions); `on_dispatch`; `on_complete` with the
+//! outcome (a query past its deadline completes as `Outcome::Timeout`, and the replica drops
+//! its work); after every client event it drains `poll_probe` and sends the probes over the
+//! network, reporting `on_probe_reply` with the replica's tracker report (plus its recent
+//! utilisation) or `on_probe_failure` when `probe_timeout` passes first; and it wakes the
+//! policy at `poll_timeout` with `handle_timeout`.
+//!
+//! Randomness is split so contenders face the same world: each replica's antagonists draw from
+//! their own stream seeded by the scenario seed and the replica index, untouched by traffic.
+
+mod client;
+mod server;
+
+use std::time::Duration;
+
+use prequal_core::{PolicyConfig, ReplicaChange, ReplicaId, Time};
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+use serde::Serialize;
+
+use crate::metrics::{Measured, Recorder};
+use crate::model::Distribution;
+use crate::queue::EventQueue;
+use crate::scenario::Compiled;
+use client::Client;
+use server::Server;
+
+/// A run could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The contender's config was rejected by the core.
+    #[error("contender {name}: {source}")]
+    Policy {
+        /// The contender's label.
+        name: String,
+        /// Why.
+        source: prequal_core::ConfigError,
+    },
+    /// A histogram could not be created.
+    #[error("histogram: {0}")]
+    Histogram(#[from] hdrhistogram::CreationError),
+}
+
+/// What one run produced.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RunOutput {
+    /// Events processed.
+    pub events: u64,
+    /// Everything measured.
+    #[serde(flatten)]
+    pub measured: Measured,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Event {
+    Arrival(u32),
+    AtServer {
+        client: u32,
+        server: u32,
+        query: u64,
+    },
+    ServerDone {
+        server: u32,
+        slot: u32,
+        client: u32,
+        query: u64,
+    },
+    CpuWake {
+        server: u32,
+        generation: u32,
+    },
+    Change(u32),
+    Response {
+        client: u32,
+        query: u64,
+        error: bool,
+    },
+    Deadline {
+        client: u32,
+        query: u64,
+    },
+    ProbeAtServer {
+        client: u32,
+        server: u32,
+        probe: u64,
+    },
+    ProbeReply {
+        client: u32,
+        probe: u64,
+    },
+    ProbeTimeout {
+        client: u32,
+        probe: u64,
+    },
+    Timer(u32),
+    Tick,
+}
+
+/// A seed for component `tag`, index `index`, derived from the scenario seed (SplitMix64).
+fn derive_seed(seed: u64, tag: u64, index: u64) -> u64 {
+    let mut z = seed
+        .wrapping_add(tag.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        .wrapping_add(index.wrapping_mul(0xD1B5_4A32_D192_ED03));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+struct Sim<'a> {
+    compiled: &'a Compiled,
+    load_factor: f64,
+    now: Time,
+    end: Time,
+    horizon: Time,
+    queue: EventQueue<Event>,
+    clients: Vec<Client>,
+    servers: Vec<Server>,
+    net_rng: SmallRng,
+    recorder: Recorder,
+    done: Vec<crate::model::JobId>,
+    events: u64,
+}
+
+/// Runs `contender` through the scenario with every load level multiplied by `load_factor`.
+pub fn run(
+    compiled: &Compiled,
+    contender: &PolicyConfig,
+    load_factor: f64,
+) -> Result<RunOutput, SimError> {
+    let mut sim = Sim::new(compiled, contender, load_factor)?;
+    sim.start();
+    while let Some((at, event)) = sim.queue.pop() {
+        if at > sim.horizon {
+            break;
+        }
+        sim.now = at;
+        sim.events += 1;
+        sim.handle(event);
+    }
+    Ok(RunOutput {
+        events: sim.events,
+        measured: sim.recorder.finish(),
+    })
+}
+
+impl<'a> Sim<'a> {
+    fn new(
+        compiled: &'a Compiled,
+        contender: &PolicyConfig,
+        load_factor: f64,
+    ) -> Result<Self, SimError> {
+        let sc = &compiled.scenario;
+        let seed = sc.seed;
+        let mut clients = Vec::new();
+        for i in 0..sc.clients.count {
+            let policy = contender.build().map_err(|source| SimError::Policy {
+                name: contender.name().to_string(),
+                source,
+            })?;
+            clients.push(Client::new(
+                policy,
+                SmallRng::seed_from_u64(derive_seed(seed, 1, i.into())),
+            ));
+        }
+        let servers: Vec<Server> = (0..sc.servers.count)
+            .map(|i| {
+                Server::new(
+                    compiled,
+                    i,
+                    derive_seed(seed, 2, i.into()),
+                    derive_seed(seed, 3, i.into()),
+                )
+            })
+            .collect();
+        let with_util = sc.servers.capacity.is_some();
+        let objective_us = u64::try_from(sc.latency_objective.as_micros()).unwrap_or(u64::MAX);
+        let recorder = Recorder::new(objective_us, &compiled.phases, servers.len(), with_util)?;
+        let end = compiled.end();
+        let drain = sc.clients.deadline.unwrap_or(Duration::from_secs(30));
+        Ok(Sim {
+            compiled,
+            load_factor,
+            now: Time::ZERO,
+            end,
+            horizon: end + drain + Duration::from_millis(1),
+            queue: EventQueue::new(),
+            clients,
+            servers,
+            net_rng: SmallRng::seed_from_u64(derive_seed(seed, 4, 0)),
+            recorder,
+            done: Vec::new(),
+            events: 0,
+        })
+    }
+
+    fn start(&mut self) {
+        for c in 0..self.clients.len() {
+            for s in 0..self.servers.len() {
+                let change = ReplicaChange::Insert(ReplicaId(s as u32));
+                self.clients[c].policy.on_replica_change(change, Time::ZERO);
+            }
+            self.schedule_arrival(c as u32);
+            self.service_client(c as u32);
+        }
+        for s in 0..self.servers.len() {
+            self.schedule_change(s as u32);
+        }
+        if self.compiled.scenario.servers.capacity.is_some() {
+            self.queue.push(Time::from_secs(1), Event::Tick);
+        }
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Arrival(c) => self.on_arrival(c),
+            Event::AtServer {
+                client,
+                server,
+                query,
+            } => self.on_query_at_server(client, server, query),
+            Event::ServerDone {
+                server,
+                slot,
+                client,
+                query,
+            } => self.on_server_done(server, slot, client, query),
+            Event::CpuWake { server, generation } => self.on_cpu_wake(server, generation),
+            Event::Change(s) => self.on_change(s),
+            Event::Response {
+                client,
+                query,
+                error,
+            } => self.on_response(client, query, error),
+            Event::Deadline { client, query } => self.on_deadline(client, query),
+            Event::ProbeAtServer {
+                client,
+                server,
+                probe,
+            } => self.on_probe_at_server(client, server, probe),
+            Event::ProbeReply { client, probe } => self.on_probe_reply(client, probe),
+            Event::ProbeTimeout { client, probe } => self.on_probe_timeout(client, probe),
+            Event::Timer(c) => self.on_timer(c),
+            Event::Tick => self.on_tick(),
+        }
+    }
+
+    /// One-way network delay drawn from `dist` (zero when the scenario sets none).
+    fn delay(&mut self, probe: bool) -> Duration {
+        let dist: Option<&Distribution> = if probe {
+            self.compiled.probe_delay.as_ref()
+        } else {
+            self.compiled.delay.as_ref()
+        };
+        dist.map_or(Duration::ZERO, |d| d.sample(&mut self.net_rng))
+    }
+
+    /// The aggregate offered qps at `now` (0 past the end).
+    fn offered_qps(&self, now: Time) -> f64 {
+        let phases = &self.compiled.phases;
+        let i = phases.partition_point(|p| p.end <= now);
+        phases
+            .get(i)
+            .map_or(0.0, |p| p.qps_at(now) * self.load_factor)
+    }
+}

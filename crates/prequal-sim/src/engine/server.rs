@@ -1,0 +1,286 @@
+//! Replica-side events: query arrival and service, CPU wake-ups, capacity changes, probes and
+//! the once-a-second utilisation sample.
+
+use std::collections::HashMap;
+
+use prequal_core::{Arrival, LoadReport, LoadTracker, Outcome, Time};
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+
+use super::{Event, Sim};
+use crate::model::{Admission, JobId, ReplicaModel};
+use crate::scenario::Compiled;
+
+/// A query being served.
+#[derive(Clone, Copy, Debug)]
+struct Job {
+    live: bool,
+    client: u32,
+    query: u64,
+    arrival: Arrival,
+    error: bool,
+    cpu: Option<JobId>,
+}
+
+/// One replica: its model, its load tracker, the queries it is serving.
+pub(super) struct Server {
+    model: ReplicaModel,
+    tracker: LoadTracker,
+    rng: SmallRng,
+    antagonist_rng: SmallRng,
+    jobs: Vec<Job>,
+    free: Vec<u32>,
+    by_cpu: HashMap<JobId, u32>,
+    wake: Option<Time>,
+    generation: u32,
+    mark: (Time, f64),
+    last_utilization: f64,
+}
+
+impl Server {
+    pub(super) fn new(compiled: &Compiled, index: u32, seed: u64, antagonist_seed: u64) -> Self {
+        let mut antagonist_rng = SmallRng::seed_from_u64(antagonist_seed);
+        let spec = &compiled.scenario.servers;
+        let model = ReplicaModel::new(spec, index, compiled.service.clone(), &mut antagonist_rng);
+        Server {
+            model,
+            tracker: LoadTracker::new(compiled.scenario.estimator),
+            rng: SmallRng::seed_from_u64(seed),
+            antagonist_rng,
+            jobs: Vec::new(),
+            free: Vec::new(),
+            by_cpu: HashMap::new(),
+            wake: None,
+            generation: 0,
+            mark: (Time::ZERO, 0.0),
+            last_utilization: 0.0,
+        }
+    }
+
+    fn insert(&mut self, job: Job) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.jobs[i as usize] = job;
+                i
+            }
+            None => {
+                self.jobs.push(job);
+                (self.jobs.len() - 1) as u32
+            }
+        }
+    }
+
+    fn take(&mut self, slot: u32) -> Option<Job> {
+        let job = self.jobs.get_mut(slot as usize)?;
+        if !job.live {
+            return None;
+        }
+        job.live = false;
+        self.free.push(slot);
+        Some(*job)
+    }
+
+    /// Utilisation since the last mark (or the last full second's, if the mark is too recent).
+    fn utilization(&self, now: Time) -> Option<f64> {
+        let (cpu, alloc) = (self.model.cpu()?, self.model.allocation_cores()?);
+        let dt = now.saturating_since(self.mark.0).as_nanos() as f64;
+        if dt < 100e6 {
+            return Some(self.last_utilization);
+        }
+        Some((cpu.busy_core_nanos() - self.mark.1) / (dt * alloc))
+    }
+}
+
+impl Sim<'_> {
+    pub(super) fn on_query_at_server(&mut self, c: u32, s: u32, query: u64) {
+        if !self.client_waits(c, query) {
+            return; // Timed out on the way: the deadline travels with the query.
+        }
+        let now = self.now;
+        let server = &mut self.servers[s as usize];
+        let arrival = server.tracker.on_arrival(now);
+        self.recorder.arrival(now, s as usize, arrival.rif);
+        let (admission, error) = server.model.admit(now, &mut server.rng, &mut self.done);
+        let mut job = Job {
+            live: true,
+            client: c,
+            query,
+            arrival,
+            error,
+            cpu: None,
+        };
+        match admission {
+            Admission::After(d) => {
+                let slot = server.insert(job);
+                self.queue.push(
+                    now + d,
+                    Event::ServerDone {
+                        server: s,
+                        slot,
+                        client: c,
+                        query,
+                    },
+                );
+                self.note_server_slot(c, query, slot);
+            }
+            Admission::Job(id) => {
+                job.cpu = Some(id);
+                let slot = server.insert(job);
+                server.by_cpu.insert(id, slot);
+                self.note_server_slot(c, query, slot);
+            }
+        }
+        self.finish_cpu_jobs(s);
+    }
+
+    pub(super) fn on_server_done(&mut self, s: u32, slot: u32, c: u32, query: u64) {
+        let server = &mut self.servers[s as usize];
+        let matches = server
+            .jobs
+            .get(slot as usize)
+            .is_some_and(|j| j.live && j.client == c && j.query == query);
+        if matches {
+            self.respond(s, slot);
+        }
+    }
+
+    /// The replica hands back the response of the job in `slot`.
+    fn respond(&mut self, s: u32, slot: u32) {
+        let now = self.now;
+        let server = &mut self.servers[s as usize];
+        let Some(job) = server.take(slot) else {
+            return;
+        };
+        let outcome = if job.error {
+            Outcome::Error
+        } else {
+            Outcome::Success
+        };
+        server.tracker.on_finish(job.arrival, outcome, now);
+        let at = now + self.delay(false);
+        let (client, query, error) = (job.client, job.query, job.error);
+        self.queue.push(
+            at,
+            Event::Response {
+                client,
+                query,
+                error,
+            },
+        );
+    }
+
+    /// Completes the CPU jobs in `self.done` and re-arms the replica's CPU wake-up.
+    fn finish_cpu_jobs(&mut self, s: u32) {
+        let done = std::mem::take(&mut self.done);
+        for id in &done {
+            if let Some(slot) = self.servers[s as usize].by_cpu.remove(id) {
+                self.respond(s, slot);
+            }
+        }
+        self.done = done;
+        self.done.clear();
+        let server = &mut self.servers[s as usize];
+        let next = server.model.cpu().and_then(|c| c.next_completion());
+        if next != server.wake {
+            server.wake = next;
+            server.generation = server.generation.wrapping_add(1);
+            if let Some(at) = next {
+                let generation = server.generation;
+                self.queue.push(
+                    at,
+                    Event::CpuWake {
+                        server: s,
+                        generation,
+                    },
+                );
+            }
+        }
+    }
+
+    pub(super) fn on_cpu_wake(&mut self, s: u32, generation: u32) {
+        let now = self.now;
+        let server = &mut self.servers[s as usize];
+        if server.generation != generation {
+            return;
+        }
+        server.wake = None;
+        if let Some(cpu) = server.model.cpu_mut() {
+            cpu.advance(now, &mut self.done);
+        }
+        self.finish_cpu_jobs(s);
+    }
+
+    /// Drops the work of a query whose client gave up, so it frees the replica.
+    pub(super) fn cancel_at_server(&mut self, s: u32, slot: u32, c: u32, query: u64) {
+        let now = self.now;
+        let server = &mut self.servers[s as usize];
+        let matches = server
+            .jobs
+            .get(slot as usize)
+            .is_some_and(|j| j.live && j.client == c && j.query == query);
+        if !matches {
+            return; // Already answered (the response is on its way).
+        }
+        let Some(job) = server.take(slot) else {
+            return;
+        };
+        server.tracker.on_finish(job.arrival, Outcome::Timeout, now);
+        if let (Some(id), Some(cpu)) = (job.cpu, server.model.cpu_mut()) {
+            server.by_cpu.remove(&id);
+            cpu.cancel(now, id, &mut self.done);
+        }
+        self.finish_cpu_jobs(s);
+    }
+
+    pub(super) fn schedule_change(&mut self, s: u32) {
+        if let Some(at) = self.servers[s as usize].model.next_change(self.now)
+            && at <= self.end
+        {
+            self.queue.push(at, Event::Change(s));
+        }
+    }
+
+    pub(super) fn on_change(&mut self, s: u32) {
+        let now = self.now;
+        let server = &mut self.servers[s as usize];
+        server
+            .model
+            .on_change(now, &mut server.antagonist_rng, &mut self.done);
+        self.finish_cpu_jobs(s);
+        self.schedule_change(s);
+    }
+
+    pub(super) fn on_probe_at_server(&mut self, c: u32, s: u32, probe: u64) {
+        let now = self.now;
+        let server = &mut self.servers[s as usize];
+        if let Some(cpu) = server.model.cpu_mut() {
+            cpu.advance(now, &mut self.done);
+        }
+        let mut report: LoadReport = server.tracker.report(now);
+        report.utilization = server.utilization(now);
+        server.model.charge_probe(now, &mut self.done);
+        self.finish_cpu_jobs(s);
+        self.deliver_probe_report(c, probe, report);
+    }
+
+    pub(super) fn on_tick(&mut self) {
+        let now = self.now;
+        for s in 0..self.servers.len() {
+            let server = &mut self.servers[s];
+            if let Some(cpu) = server.model.cpu_mut() {
+                cpu.advance(now, &mut self.done);
+            }
+            if let Some(u) = server.utilization(now) {
+                server.last_utilization = u;
+                self.recorder.utilization(now, s, u);
+            }
+            let busy = server.model.cpu().map_or(0.0, |c| c.busy_core_nanos());
+            server.mark = (now, busy);
+            self.finish_cpu_jobs(s as u32);
+        }
+        if now < self.end {
+            self.queue
+                .push(now + std::time::Duration::from_secs(1), Event::Tick);
+        }
+    }
+}

@@ -1,0 +1,485 @@
+//! Scenario files: what to simulate, in TOML (the full key reference is docs/scenarios.md).
+//!
+//! A scenario names its replicas (`[servers]`, see [`crate::model::server`]), its clients
+//! (`[clients]`), the offered load over time (`[load]`), the network (`[network]`), the
+//! contenders (policy configs, by name or as tables), an optional `[sweep]`, a `seed` and a
+//! `latency_objective`. Unknown keys are rejected everywhere. [`Scenario::load`] reads and
+//! validates a file; every error names the file and the key, and says what was expected.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use prequal_core::config::deserialize_policy;
+use prequal_core::{EstimatorConfig, PolicyConfig, Time};
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::model::{DistSpec, Distribution, ModelError, ServersSpec, parse_trace};
+
+/// A scenario could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    /// The file could not be read.
+    #[error("{path}: cannot read: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The TOML did not parse or did not fit the format (toml's message names line and key).
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// toml's message, with its line, column and key.
+        message: String,
+    },
+    /// A value was out of range or inconsistent.
+    #[error("{path}: {source}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// The key and what was wrong.
+        source: ModelError,
+    },
+}
+
+/// A whole scenario file.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Short name used in reports (default: the file stem).
+    #[serde(default)]
+    pub name: String,
+    /// One paragraph on what it reproduces.
+    #[serde(default)]
+    pub description: String,
+    /// The seed of every random choice (default 1).
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// Successful queries at or below this latency count as "within objective" (default 1 s).
+    #[serde(default = "default_objective", with = "humantime_serde")]
+    pub latency_objective: Duration,
+    /// The policies to compare.
+    #[serde(deserialize_with = "deserialize_contenders")]
+    pub contenders: Vec<PolicyConfig>,
+    /// The replicas.
+    pub servers: ServersSpec,
+    /// The clients.
+    pub clients: ClientsSpec,
+    /// Offered load over time.
+    pub load: LoadSpec,
+    /// Network delays.
+    #[serde(default)]
+    pub network: NetworkSpec,
+    /// The replicas' load tracker settings (prequal-core defaults).
+    #[serde(default)]
+    pub estimator: EstimatorConfig,
+    /// Optional sweep over load and one policy parameter.
+    #[serde(default)]
+    pub sweep: Option<SweepSpec>,
+}
+
+fn default_seed() -> u64 {
+    1
+}
+
+fn default_objective() -> Duration {
+    Duration::from_secs(1)
+}
+
+fn deserialize_contenders<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PolicyConfig>, D::Error> {
+    #[derive(Deserialize)]
+    struct One(#[serde(deserialize_with = "deserialize_policy")] PolicyConfig);
+    Ok(Vec::<One>::deserialize(d)?
+        .into_iter()
+        .map(|o| o.0)
+        .collect())
+}
+
+/// `[clients]`: the balancing clients (each with its own policy instance and RNG).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientsSpec {
+    /// Number of clients (>= 1); the load is split evenly among them.
+    pub count: u32,
+    /// `"poisson"` (default) or `"constant"` inter-arrival times.
+    #[serde(default)]
+    pub arrivals: Arrivals,
+    /// A query not answered within this time fails as a timeout (default: none).
+    #[serde(default, with = "humantime_serde")]
+    pub deadline: Option<Duration>,
+}
+
+/// Inter-arrival process.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Arrivals {
+    /// Exponential gaps (open-loop Poisson).
+    #[default]
+    Poisson,
+    /// Equal gaps.
+    Constant,
+}
+
+/// `[network]`: one-way delays.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkSpec {
+    /// One-way delay of queries and responses (default 0).
+    #[serde(default)]
+    pub delay: Option<DistSpec>,
+    /// One-way delay of probes and replies (default: `delay`).
+    #[serde(default)]
+    pub probe_delay: Option<DistSpec>,
+}
+
+/// `[load]`: the schedule of offered load.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoadSpec {
+    /// Explicit steps, run in order.
+    #[serde(default)]
+    pub steps: Vec<LoadStep>,
+    /// A geometric ramp (the Prequal load-ramp experiment), run after `steps`.
+    #[serde(default)]
+    pub ramp: Option<RampSpec>,
+}
+
+/// Unit of a load level.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LoadUnit {
+    /// Aggregate queries per second over all clients.
+    #[default]
+    Qps,
+    /// Multiple of the servers' aggregate CPU allocation (capacity model only):
+    /// qps = level × count × allocation_cores / mean query cost.
+    Allocation,
+}
+
+/// One load step.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoadStep {
+    /// How long it lasts.
+    #[serde(with = "humantime_serde")]
+    pub duration: Duration,
+    /// Level at the start.
+    pub level: f64,
+    /// Level at the end (default: `level`; otherwise the rate ramps linearly).
+    #[serde(default)]
+    pub ramp_to: Option<f64>,
+    /// Unit of `level` (default `"qps"`).
+    #[serde(default)]
+    pub unit: LoadUnit,
+}
+
+/// A geometric ramp: `steps` levels `start, start·factor, ...`, each `step_duration` long.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RampSpec {
+    /// First level.
+    pub start: f64,
+    /// Multiplier between steps.
+    pub factor: f64,
+    /// Number of steps (>= 1).
+    pub steps: u32,
+    /// Length of each step.
+    #[serde(with = "humantime_serde")]
+    pub step_duration: Duration,
+    /// Unit of the levels (default `"qps"`).
+    #[serde(default)]
+    pub unit: LoadUnit,
+}
+
+/// `[sweep]`: every contender × every load multiplier × every parameter value.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepSpec {
+    /// Multipliers of the whole load schedule (default `[1.0]`).
+    #[serde(default)]
+    pub load: Vec<f64>,
+    /// A policy parameter to vary (applied to contenders that have it).
+    #[serde(default)]
+    pub param: Option<String>,
+    /// Its values.
+    #[serde(default)]
+    pub values: Vec<toml::Value>,
+}
+
+/// One load phase after resolution: a time span and the aggregate rate at its two ends.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Phase {
+    /// Label for tables (`"step 3"`, `"0.93x"`).
+    pub label: String,
+    /// Start, in virtual time.
+    pub start: Time,
+    /// End, in virtual time.
+    pub end: Time,
+    /// Aggregate qps at the start.
+    pub qps_start: f64,
+    /// Aggregate qps at the end.
+    pub qps_end: f64,
+}
+
+impl Phase {
+    /// The aggregate rate at `now` inside this phase (linear between the ends).
+    pub fn qps_at(&self, now: Time) -> f64 {
+        let span = self.end.as_nanos().saturating_sub(self.start.as_nanos()) as f64;
+        if span <= 0.0 {
+            return self.qps_start;
+        }
+        let x = now.as_nanos().saturating_sub(self.start.as_nanos()) as f64 / span;
+        self.qps_start + (self.qps_end - self.qps_start) * x.clamp(0.0, 1.0)
+    }
+}
+
+/// A scenario with its distributions compiled and its load schedule resolved.
+#[derive(Clone, Debug)]
+pub struct Compiled {
+    /// The scenario as written.
+    pub scenario: Scenario,
+    /// The replicas' latency distribution (latency model) or query cost (capacity model).
+    pub service: Distribution,
+    /// One-way query delay.
+    pub delay: Option<Distribution>,
+    /// One-way probe delay.
+    pub probe_delay: Option<Distribution>,
+    /// The load phases, back to back from time zero.
+    pub phases: Vec<Phase>,
+}
+
+impl Compiled {
+    /// When the offered load stops.
+    pub fn end(&self) -> Time {
+        self.phases.last().map_or(Time::ZERO, |p| p.end)
+    }
+}
+
+fn bad(key: impl Into<String>, message: impl Into<String>) -> ModelError {
+    ModelError::invalid(key, message)
+}
+
+impl Scenario {
+    /// Parses and validates TOML text; `path` labels errors and anchors trace files.
+    pub fn parse(text: &str, path: &Path) -> Result<Compiled, ScenarioError> {
+        let label = path.display().to_string();
+        let mut scenario: Scenario = toml::from_str(text).map_err(|e| ScenarioError::Parse {
+            path: label.clone(),
+            message: e.to_string(),
+        })?;
+        if scenario.name.is_empty() {
+            scenario.name = path
+                .file_stem()
+                .map_or_else(|| "scenario".into(), |s| s.to_string_lossy().into_owned());
+        }
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        scenario
+            .compile(&base)
+            .map_err(|source| ScenarioError::Invalid {
+                path: label,
+                source,
+            })
+    }
+
+    /// Reads, parses and validates a scenario file.
+    pub fn load(path: &Path) -> Result<Compiled, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Validates and compiles, resolving trace files against `base`.
+    pub fn compile(self, base: &Path) -> Result<Compiled, ModelError> {
+        self.servers.validate()?;
+        self.validate_rest()?;
+        let mut loader = |file: &Path| -> Result<Arc<[u64]>, ModelError> {
+            let full: PathBuf = base.join(file);
+            let text = std::fs::read_to_string(&full).map_err(|e| {
+                bad(
+                    "trace",
+                    format!("cannot read trace {}: {e}", full.display()),
+                )
+            })?;
+            parse_trace(&text, &full.display().to_string())
+        };
+        let service = match (&self.servers.latency, &self.servers.capacity) {
+            (Some(d), _) => d.compile("servers.latency", &mut loader)?,
+            (None, Some(c)) => c.cost.compile("servers.capacity.cost", &mut loader)?,
+            (None, None) => return Err(bad("servers", "no server model")),
+        };
+        let delay = match &self.network.delay {
+            Some(d) => Some(d.compile("network.delay", &mut loader)?),
+            None => None,
+        };
+        let probe_delay = match &self.network.probe_delay {
+            Some(d) => Some(d.compile("network.probe_delay", &mut loader)?),
+            None => delay.clone(),
+        };
+        let phases = self.phases(&service)?;
+        Ok(Compiled {
+            scenario: self,
+            service,
+            delay,
+            probe_delay,
+            phases,
+        })
+    }
+
+    fn validate_rest(&self) -> Result<(), ModelError> {
+        if self.contenders.is_empty() {
+            return Err(bad(
+                "contenders",
+                "expected at least one policy, e.g. [\"prequal\"]",
+            ));
+        }
+        for (i, c) in self.contenders.iter().enumerate() {
+            c.validate()
+                .map_err(|e| bad(format!("contenders[{i}]"), e.to_string()))?;
+        }
+        if self.clients.count == 0 {
+            return Err(bad("clients.count", "expected at least 1 client"));
+        }
+        if self.clients.deadline.is_some_and(|d| d.is_zero()) {
+            return Err(bad(
+                "clients.deadline",
+                "must be above 0 (omit it for no deadline)",
+            ));
+        }
+        self.estimator
+            .validate()
+            .map_err(|e| bad(format!("estimator.{}", e.key), e.message))?;
+        if let Some(s) = &self.sweep {
+            for (i, &l) in s.load.iter().enumerate() {
+                if !(l.is_finite() && l > 0.0) {
+                    return Err(bad(
+                        format!("sweep.load[{i}]"),
+                        format!("expected > 0, got {l}"),
+                    ));
+                }
+            }
+            if s.param.is_some() != !s.values.is_empty() {
+                return Err(bad(
+                    "sweep.values",
+                    "set both `param` and a non-empty `values`",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Converts a level in `unit` to aggregate qps.
+    fn qps(
+        &self,
+        key: &str,
+        level: f64,
+        unit: LoadUnit,
+        service: &Distribution,
+    ) -> Result<f64, ModelError> {
+        if !(level.is_finite() && level >= 0.0) {
+            return Err(bad(
+                key,
+                format!("expected a non-negative level, got {level}"),
+            ));
+        }
+        match unit {
+            LoadUnit::Qps => Ok(level),
+            LoadUnit::Allocation => {
+                let Some(c) = &self.servers.capacity else {
+                    return Err(bad(
+                        key,
+                        "unit \"allocation\" needs the capacity model ([servers.capacity])",
+                    ));
+                };
+                let mean_s = service.mean_nanos() / 1e9;
+                if mean_s <= 0.0 {
+                    return Err(bad(
+                        key,
+                        "unit \"allocation\" needs a query cost above zero",
+                    ));
+                }
+                Ok(level * f64::from(self.servers.count) * c.allocation_cores / mean_s)
+            }
+        }
+    }
+
+    fn phases(&self, service: &Distribution) -> Result<Vec<Phase>, ModelError> {
+        let mut out = Vec::new();
+        let mut at = Time::ZERO;
+        for (i, s) in self.load.steps.iter().enumerate() {
+            let key = format!("load.steps[{i}]");
+            if s.duration.is_zero() {
+                return Err(bad(format!("{key}.duration"), "must be above 0"));
+            }
+            let q0 = self.qps(&format!("{key}.level"), s.level, s.unit, service)?;
+            let q1 = self.qps(
+                &format!("{key}.ramp_to"),
+                s.ramp_to.unwrap_or(s.level),
+                s.unit,
+                service,
+            )?;
+            out.push(Phase {
+                label: format!("step {}", i + 1),
+                start: at,
+                end: at + s.duration,
+                qps_start: q0,
+                qps_end: q1,
+            });
+            at = at + s.duration;
+        }
+        if let Some(r) = &self.load.ramp {
+            if r.steps == 0
+                || r.step_duration.is_zero()
+                || !(r.factor.is_finite() && r.factor > 0.0)
+            {
+                return Err(bad(
+                    "load.ramp",
+                    "expected steps >= 1, step_duration > 0, factor > 0",
+                ));
+            }
+            let mut level = r.start;
+            for i in 0..r.steps {
+                let q = self.qps("load.ramp.start", level, r.unit, service)?;
+                out.push(Phase {
+                    label: match r.unit {
+                        LoadUnit::Allocation => format!("{level:.2}x"),
+                        LoadUnit::Qps => format!("step {} ({q:.0} qps)", i + 1),
+                    },
+                    start: at,
+                    end: at + r.step_duration,
+                    qps_start: q,
+                    qps_end: q,
+                });
+                at = at + r.step_duration;
+                level *= r.factor;
+            }
+        }
+        if out.is_empty() {
+            return Err(bad("load", "expected `steps = [...]` or `ramp = {...}`"));
+        }
+        Ok(out)
+    }
+
+    /// Scales every time in the schedule and the episodes by `factor` (for short demo and
+    /// test runs); rates are unchanged.
+    pub fn scale_time(&mut self, factor: f64) {
+        let f = |d: Duration| d.mul_f64(factor);
+        for s in &mut self.load.steps {
+            s.duration = f(s.duration);
+        }
+        if let Some(r) = &mut self.load.ramp {
+            r.step_duration = f(r.step_duration);
+        }
+        for e in &mut self.servers.episodes {
+            e.start = f(e.start);
+            e.end = f(e.end);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,85 @@
+use super::*;
+
+const BRR: &str = include_str!("../../../../scenarios/beyond-round-robin.toml");
+
+fn parse(text: &str) -> Result<Compiled, String> {
+    Scenario::parse(text, Path::new("t.toml")).map_err(|e| e.to_string())
+}
+
+#[test]
+fn shipped_beyond_round_robin_parses() {
+    let c = parse(BRR).unwrap();
+    assert_eq!(c.scenario.servers.count, 11);
+    assert_eq!(c.end(), Time::from_secs(60));
+    assert_eq!(c.phases[0].qps_at(Time::from_secs(3)), 1000.0);
+}
+
+#[test]
+fn unknown_key_is_named_with_the_file() {
+    let err = parse(&BRR.replace("[clients]", "[clients]\nburst = 3")).unwrap_err();
+    assert!(err.starts_with("t.toml:"), "{err}");
+    assert!(err.contains("burst"), "{err}");
+}
+
+#[test]
+fn bad_values_name_their_key_path() {
+    let cases = [
+        (
+            "servers = [10]",
+            "servers = [11]",
+            "servers.episodes[0].servers",
+        ),
+        ("end = \"45s\"", "end = \"5s\"", "servers.episodes[0].end"),
+        ("count = 1\n", "count = 0\n", "clients.count"),
+        ("level = 1000.0", "level = -1.0", "load.steps[0].level"),
+        (
+            "level = 1000.0",
+            "level = 1.0, unit = \"allocation\"",
+            "load.steps[0].level",
+        ),
+        (
+            "\"prequal\"]",
+            "{ name = \"prequal\", q_rif = 7.0 }]",
+            "contenders[3]",
+        ),
+    ];
+    for (from, to, key) in cases {
+        let text = BRR.replacen(from, to, 1);
+        assert_ne!(text, BRR, "{from}");
+        let err = parse(&text).unwrap_err();
+        assert!(err.contains(key), "{key}: {err}");
+    }
+}
+
+#[test]
+fn wrong_type_names_the_key() {
+    let err = parse(&BRR.replace("seed = 1", "seed = \"one\"")).unwrap_err();
+    assert!(err.contains("seed"), "{err}");
+    let err = parse(&BRR.replace("\"round-robin\",", "\"round-robbin\",")).unwrap_err();
+    assert!(
+        err.contains("round-robbin") && err.contains("contenders"),
+        "{err}"
+    );
+}
+
+#[test]
+fn allocation_unit_converts_through_mean_cost() {
+    let text = r#"
+contenders = ["random"]
+[servers]
+count = 10
+[servers.capacity]
+cost = { kind = "constant", value = "10ms" }
+allocation_cores = 2.0
+[clients]
+count = 2
+[load]
+ramp = { start = 0.5, factor = 2.0, steps = 2, step_duration = "1s", unit = "allocation" }
+"#;
+    let c = parse(text).unwrap();
+    // 0.5 × 10 replicas × 2 cores / 10 ms = 1000 qps, then 2000.
+    assert_eq!(c.phases.len(), 2);
+    assert!((c.phases[0].qps_start - 1000.0).abs() < 1e-6);
+    assert!((c.phases[1].qps_start - 2000.0).abs() < 1e-6);
+    assert_eq!(c.phases[1].label, "1.00x");
+}
