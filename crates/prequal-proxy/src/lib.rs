@@ -1,1 +1,45 @@
-//! The prequal proxy (not built yet; see the proxy issue).
+//! # prequal-proxy
+//!
+//! A latency-aware HTTP/1.1 and HTTP/2 reverse proxy whose balancing decisions come from
+//! prequal-core, the same sans-IO policies the simulator runs.
+//!
+//! How a request flows: the [`server`] accepts HTTP/1.1 and h2c on one listener; [`routing`]
+//! picks a cluster by host and path prefix; [`forward`] asks the cluster's policy for a replica,
+//! sends the request over a pooled connection, and retries connect failures (and, for
+//! idempotent methods, 5xx and timeouts) within the retry budget. Each [`cluster`] keeps its
+//! policy instance behind a short-held mutex, feeds it dispatches, completions (error aversion
+//! sees every 5xx) and probe replies, and adds outlier ejection and slow start around it. The
+//! [`prober`] sends the probes the policy asks for and runs its timers; [`discovery`] keeps the
+//! replica lists current; [`admin`] serves `/metrics`, `/ready`, `/live` and per-cluster JSON.
+//! The configuration ([`config`]) is documented key by key in `docs/config.md`, and running the
+//! proxy in `docs/proxy.md`.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), prequal_proxy::ProxyError> {
+//! use prequal_proxy::{Proxy, ProxyConfig};
+//!
+//! let config = ProxyConfig::zero_config(
+//!     "127.0.0.1:8080".parse().unwrap(),
+//!     vec!["127.0.0.1:9001".into(), "127.0.0.1:9002".into()],
+//!     "prequal",
+//! )?;
+//! let proxy = Proxy::bind(&config).await?;
+//! proxy.run(async { let _ = tokio::signal::ctrl_c().await; }).await;
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod admin;
+pub mod body;
+pub mod cluster;
+pub mod config;
+pub mod discovery;
+pub mod forward;
+pub mod headers;
+pub mod metrics;
+pub mod prober;
+pub mod routing;
+pub mod server;
+
+pub use config::{ClusterConfig, ConfigError, ProxyConfig, RouteConfig, UpstreamProtocol};
+pub use server::{Proxy, ProxyError, ProxyHandle};

@@ -1,0 +1,125 @@
+//! Body types: what the proxy sends upstream and downstream, and the wrapper that tells the
+//! policy when a response has really finished.
+//!
+//! Bodies are streamed frame by frame, never collected. A try is "in flight" for the policy
+//! (client-local RIF) until its response body has been read to the end, failed, or been dropped
+//! because the client went away; [`Tracked`] reports that moment through a [`TryGuard`].
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use prequal_core::{LoadReport, Outcome, QueryId, ReplicaId};
+
+use crate::cluster::Cluster;
+
+/// A boxed error, as body errors cross hyper's client and server.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The body type the proxy forwards in both directions.
+pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// An empty body.
+pub fn empty() -> ProxyBody {
+    http_body_util::Empty::new()
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+/// A body holding `text`.
+pub fn full(text: impl Into<Bytes>) -> ProxyBody {
+    http_body_util::Full::new(text.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+/// One try that the policy counts as in flight until this guard is dropped.
+#[derive(Debug)]
+pub struct TryGuard {
+    /// The cluster the try went to.
+    pub cluster: Arc<Cluster>,
+    /// The replica it went to.
+    pub replica: ReplicaId,
+    /// The policy's id for it.
+    pub query: QueryId,
+    /// When it was dispatched.
+    pub start: Instant,
+    /// How it ended, as far as is known so far.
+    pub outcome: Outcome,
+    /// A load report piggybacked on the response, if any.
+    pub report: Option<LoadReport>,
+}
+
+impl Drop for TryGuard {
+    fn drop(&mut self) {
+        let latency = self.start.elapsed();
+        self.cluster.complete(
+            self.replica,
+            self.query,
+            latency,
+            self.outcome,
+            self.report.take(),
+        );
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A response body that completes its [`TryGuard`] when it ends.
+    pub struct Tracked<B> {
+        #[pin]
+        inner: B,
+        guard: Option<TryGuard>,
+    }
+}
+
+impl<B> Tracked<B> {
+    /// Wraps `inner`; `guard` is completed at its end.
+    pub fn new(inner: B, guard: TryGuard) -> Self {
+        Self {
+            inner,
+            guard: Some(guard),
+        }
+    }
+}
+
+impl<B> Body for Tracked<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.project();
+        let polled = this.inner.poll_frame(cx);
+        match &polled {
+            Poll::Ready(None) => {
+                this.guard.take();
+            }
+            Poll::Ready(Some(Err(_))) => {
+                if let Some(mut guard) = this.guard.take() {
+                    guard.outcome = Outcome::Error;
+                }
+            }
+            _ => {}
+        }
+        polled.map(|frame| frame.map(|r| r.map_err(Into::into)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,619 @@
+//! One upstream cluster: its replicas, its policy instance, and the resilience state around it.
+//!
+//! The policy from prequal-core lives in [`Core`] behind a `std::sync::Mutex` that is held only
+//! for the few microseconds an event takes and never across an `.await`. Every event (a pick, a
+//! completion, a probe reply, a timer) is one short critical section that also drains what the
+//! policy wants done next: probes to send (handed to [`crate::prober`] after the lock is
+//! released, so probe traffic never runs on a request's path) and sync-mode decisions to hand to
+//! the requests waiting for them. Time is the nanoseconds since the proxy started, as a
+//! [`Time`].
+//!
+//! Around the policy the driver adds what the core provides as building blocks: outlier ejection
+//! (an ejected replica is removed from the policy and inserted again when its ejection ends),
+//! slow start (a replica that joins after the cluster started is passed over, with probability
+//! `1 − factor`, for another one while it ramps up), the retry budget, and exclusion of replicas
+//! a request already tried.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use http::uri::Authority;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use prequal_core::outlier::OutlierDetector;
+use prequal_core::retry_budget::RetryBudget;
+use prequal_core::{
+    Completion, LoadReport, Outcome, Pick, Policy, ProbeRequest, Query, QueryId, ReplicaChange,
+    ReplicaId, Time,
+};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tokio::sync::{Notify, Semaphore, oneshot};
+
+use crate::body::ProxyBody;
+use crate::config::{ClusterConfig, UpstreamProtocol};
+use crate::metrics::{ClusterMetrics, Metrics, ReplicaMetrics};
+
+/// Probe timeout for policies that do not name one (they never probe, so it is only a bound).
+const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// The shortest sleep of the timer task, so a policy that keeps asking for "now" cannot spin it.
+const MIN_TIMER_STEP: Duration = Duration::from_micros(50);
+
+/// A replica as the driver knows it.
+#[derive(Debug)]
+struct Member {
+    authority: Authority,
+    added_at: Time,
+    /// Present when the cluster started (slow start applies only to later arrivals).
+    initial: bool,
+    /// False while outlier ejection keeps it out of the policy.
+    in_policy: bool,
+    metrics: ReplicaMetrics,
+}
+
+/// Everything behind the cluster's lock.
+#[derive(Debug)]
+struct Core {
+    policy: Box<dyn Policy>,
+    rng: SmallRng,
+    members: BTreeMap<ReplicaId, Member>,
+    by_addr: HashMap<String, ReplicaId>,
+    next_id: u32,
+    started: bool,
+    outlier: Option<OutlierDetector>,
+    budget: RetryBudget,
+    waiting: HashMap<QueryId, oneshot::Sender<Pick>>,
+    /// The deadline the timer task sleeps until.
+    armed: Option<Time>,
+}
+
+/// A probe to send, with the address it goes to (`None` if the replica left meanwhile).
+pub(crate) type Outbox = Vec<(ProbeRequest, Option<Authority>)>;
+
+/// The replica a try goes to.
+#[derive(Debug, Clone)]
+pub struct Chosen {
+    /// The replica.
+    pub replica: ReplicaId,
+    /// Its `host:port`.
+    pub authority: Authority,
+    /// The policy's id for this try.
+    pub query: QueryId,
+}
+
+/// One upstream cluster. See the module docs.
+#[derive(Debug)]
+pub struct Cluster {
+    name: String,
+    config: ClusterConfig,
+    epoch: Instant,
+    core: Mutex<Core>,
+    client: Client<HttpConnector, ProxyBody>,
+    pub(crate) probe_client: Client<HttpConnector, ProxyBody>,
+    pub(crate) probe_timeout: Duration,
+    pub(crate) probe_slots: Arc<Semaphore>,
+    pub(crate) wake: Arc<Notify>,
+    pub(crate) metrics: ClusterMetrics,
+    registry: Arc<Metrics>,
+    next_query: AtomicU64,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // Lets the timer task see that the cluster is gone and end.
+        self.wake.notify_one();
+    }
+}
+
+impl Cluster {
+    /// Builds the cluster (the config must have been validated) and starts its timer task.
+    pub fn start(
+        name: &str,
+        config: &ClusterConfig,
+        epoch: Instant,
+        registry: &Arc<Metrics>,
+    ) -> Result<Arc<Self>, prequal_core::ConfigError> {
+        let policy = config.policy.build()?;
+        let probe_timeout = policy.probe_timeout().unwrap_or(DEFAULT_PROBE_TIMEOUT);
+        let outlier = match config.outlier_ejection {
+            true => OutlierDetector::new(&config.outlier).ok(),
+            false => None,
+        };
+        let budget = RetryBudget::new(&config.retry_budget).map_err(|e| {
+            prequal_core::ConfigError::invalid("proxy", "retry_budget", e.to_string())
+        })?;
+        let core = Core {
+            policy,
+            rng: SmallRng::seed_from_u64(random_seed()),
+            members: BTreeMap::new(),
+            by_addr: HashMap::new(),
+            next_id: 0,
+            started: false,
+            outlier,
+            budget,
+            waiting: HashMap::new(),
+            armed: None,
+        };
+        let cluster = Arc::new(Cluster {
+            name: name.to_string(),
+            config: config.clone(),
+            epoch,
+            core: Mutex::new(core),
+            client: build_client(config),
+            probe_client: build_client(config),
+            probe_timeout,
+            probe_slots: Arc::new(Semaphore::new(config.max_probes_in_flight)),
+            wake: Arc::new(Notify::new()),
+            metrics: registry.cluster(name),
+            registry: Arc::clone(registry),
+            next_query: AtomicU64::new(1),
+        });
+        crate::prober::spawn_timer(&cluster);
+        Ok(cluster)
+    }
+
+    /// The cluster's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The configuration it was built from.
+    pub fn config(&self) -> &ClusterConfig {
+        &self.config
+    }
+
+    /// The pooled client for requests.
+    pub fn client(&self) -> &Client<HttpConnector, ProxyBody> {
+        &self.client
+    }
+
+    /// The HTTP version spoken to the replicas.
+    pub fn version(&self) -> http::Version {
+        match self.config.protocol {
+            UpstreamProtocol::Http1 => http::Version::HTTP_11,
+            UpstreamProtocol::Http2 => http::Version::HTTP_2,
+        }
+    }
+
+    /// The policy's clock: time since the proxy started.
+    pub fn now(&self) -> Time {
+        Time::from_nanos(u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// The instant a policy [`Time`] stands for.
+    pub(crate) fn instant_of(&self, time: Time) -> Instant {
+        self.epoch + Duration::from_nanos(time.as_nanos())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Core> {
+        // A panic while holding the lock leaves plain data behind; keep serving with it.
+        self.core
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Replaces the replica set with `addrs` (discovery), as insert and remove changes.
+    pub fn set_members(&self, addrs: &[String]) {
+        let now = self.now();
+        let mut guard = self.lock();
+        let core = &mut *guard;
+        let initial = !core.started;
+        core.started = true;
+        let gone: Vec<String> = core
+            .by_addr
+            .keys()
+            .filter(|a| !addrs.contains(a))
+            .cloned()
+            .collect();
+        for addr in gone {
+            if let Some(id) = core.by_addr.remove(&addr) {
+                core.remove_member(id, now);
+            }
+        }
+        for addr in addrs {
+            if core.by_addr.contains_key(addr) {
+                continue;
+            }
+            let Ok(authority) = addr.parse::<Authority>() else {
+                tracing::warn!(cluster = %self.name, %addr, "ignoring replica address that is not host:port");
+                continue;
+            };
+            let id = ReplicaId(core.next_id);
+            core.next_id += 1;
+            let metrics = self.registry.replica(&self.name, addr);
+            let member = Member {
+                authority,
+                added_at: now,
+                initial,
+                in_policy: true,
+                metrics,
+            };
+            core.members.insert(id, member);
+            core.by_addr.insert(addr.clone(), id);
+            core.policy
+                .on_replica_change(ReplicaChange::Insert(id), now);
+            if let Some(outlier) = &mut core.outlier {
+                outlier.insert(id);
+            }
+        }
+        self.metrics.replicas.set(core.members.len() as i64);
+        drop(guard);
+        self.wake.notify_one();
+    }
+
+    /// The replica addresses now known.
+    pub fn member_addrs(&self) -> Vec<String> {
+        self.lock().by_addr.keys().cloned().collect()
+    }
+
+    /// Chooses a replica for one try and tells the policy it is dispatched. `first` marks a
+    /// request's first try (it earns retry budget); `exclude` lists replicas already tried.
+    pub async fn pick(self: &Arc<Self>, first: bool, exclude: &[ReplicaId]) -> Option<Chosen> {
+        let query = QueryId(self.next_query.fetch_add(1, Ordering::Relaxed));
+        let (decided, waiter, outbox) = {
+            let now = self.now();
+            let mut guard = self.lock();
+            let core = &mut *guard;
+            if first {
+                core.budget.on_request(now);
+            }
+            let pick = core.policy.pick(
+                &Query {
+                    id: query,
+                    hint: None,
+                },
+                now,
+                &mut core.rng,
+            );
+            let mut waiter = None;
+            let mut decided = None;
+            if pick == Pick::Pending {
+                let (tx, rx) = oneshot::channel();
+                core.waiting.insert(query, tx);
+                waiter = Some(rx);
+            } else {
+                decided = Some(core.commit(pick, query, exclude, &self.config, now));
+            }
+            let outbox = core.drain(now);
+            let rearm = core.rearm(now);
+            drop(guard);
+            if rearm {
+                self.wake.notify_one();
+            }
+            (decided, waiter, outbox)
+        };
+        self.send_probes(outbox);
+        if let Some(decided) = decided {
+            return decided;
+        }
+        let pick = match waiter {
+            Some(rx) => self.wait_pending(query, rx).await,
+            None => Pick::NoReplica,
+        };
+        let now = self.now();
+        self.lock().commit(pick, query, exclude, &self.config, now)
+    }
+
+    /// Waits for a sync-mode decision, for a few probe timeouts at most.
+    async fn wait_pending(&self, query: QueryId, rx: oneshot::Receiver<Pick>) -> Pick {
+        let limit = self.probe_timeout * 4 + Duration::from_millis(10);
+        match tokio::time::timeout(limit, rx).await {
+            Ok(Ok(pick)) => pick,
+            _ => {
+                // The policy never decided (or dropped it): fall back to any usable replica.
+                self.lock().waiting.remove(&query);
+                Pick::NoReplica
+            }
+        }
+    }
+
+    /// Admits one retry against the budget.
+    pub fn try_retry(&self) -> bool {
+        let now = self.now();
+        let admitted = self.lock().budget.try_retry(now);
+        match admitted {
+            true => self.metrics.retries.inc(),
+            false => self.metrics.retries_refused.inc(),
+        };
+        admitted
+    }
+
+    /// A try finished: feeds the policy (error aversion sees 5xx and timeouts as failures) and
+    /// outlier ejection, which may take the replica out of the policy.
+    pub fn complete(
+        self: &Arc<Self>,
+        replica: ReplicaId,
+        query: QueryId,
+        latency: Duration,
+        outcome: Outcome,
+        report: Option<LoadReport>,
+    ) {
+        let now = self.now();
+        let completion = Completion {
+            query,
+            latency,
+            outcome,
+        };
+        let mut guard = self.lock();
+        let core = &mut *guard;
+        core.policy.on_complete(replica, &completion, now);
+        if let Some(report) = report {
+            core.policy.on_load_report(replica, &report, now);
+        }
+        if let Some(member) = core.members.get(&replica) {
+            member.metrics.tried(outcome);
+        }
+        core.record_outlier(replica, outcome, now, &self.metrics);
+        let outbox = core.drain(now);
+        let rearm = core.rearm(now);
+        drop(guard);
+        if rearm {
+            self.wake.notify_one();
+        }
+        self.send_probes(outbox);
+    }
+
+    /// A probe ended: `Some(report)` if answered, `None` if it failed.
+    pub(crate) fn probe_result(&self, probe: &ProbeRequest, report: Option<&LoadReport>) -> Outbox {
+        let now = self.now();
+        let mut guard = self.lock();
+        let core = &mut *guard;
+        match report {
+            Some(report) => {
+                self.metrics.probes_ok.inc();
+                core.policy
+                    .on_probe_reply(probe, report, now, &mut core.rng);
+            }
+            None => {
+                self.metrics.probes_failed.inc();
+                core.policy.on_probe_failure(probe, now);
+            }
+        }
+        let outbox = core.drain(now);
+        if core.rearm(now) {
+            self.wake.notify_one();
+        }
+        outbox
+    }
+
+    /// The timer task's step: fires the policy's timer if due, ends ejections whose time is up,
+    /// and returns the probes to send and the next deadline.
+    pub(crate) fn tick(&self) -> (Outbox, Option<Instant>) {
+        let now = self.now();
+        let mut guard = self.lock();
+        let core = &mut *guard;
+        if core.policy.poll_timeout().is_some_and(|t| t <= now) {
+            core.policy.handle_timeout(now, &mut core.rng);
+        }
+        core.restore_unejected(now, &self.metrics);
+        let outbox = core.drain(now);
+        let next = core.next_deadline(now);
+        core.armed = next;
+        let floor = Instant::now() + MIN_TIMER_STEP;
+        (outbox, next.map(|t| self.instant_of(t).max(floor)))
+    }
+
+    /// A JSON view for the admin listener: replicas, the policy's snapshot (probe pool with
+    /// hot/cold, scores, pick counts), outlier state and the retry budget.
+    pub fn view(&self) -> serde_json::Value {
+        let now = self.now();
+        let core = self.lock();
+        let replicas: Vec<serde_json::Value> = core
+            .members
+            .iter()
+            .map(|(id, m)| {
+                serde_json::json!({
+                    "id": id,
+                    "address": m.authority.as_str(),
+                    "ejected": !m.in_policy,
+                    "ramping": !m.initial && self.config.slow_start.is_ramping(m.added_at, now),
+                })
+            })
+            .collect();
+        let outlier = core.outlier.as_ref().map(|o| o.views(now));
+        serde_json::json!({
+            "name": self.name,
+            "policy": core.policy.name(),
+            "replicas": replicas,
+            "snapshot": core.policy.snapshot(now),
+            "outlier": outlier,
+            "retry_budget_available": core.budget.available(now),
+            "waiting_for_decision": core.waiting.len(),
+        })
+    }
+
+    /// Whether any replica can take traffic.
+    pub fn is_ready(&self) -> bool {
+        self.lock().members.values().any(|m| m.in_policy)
+    }
+}
+
+impl Core {
+    /// Turns a policy decision into a dispatched try, honouring exclusion and slow start.
+    fn commit(
+        &mut self,
+        pick: Pick,
+        query: QueryId,
+        exclude: &[ReplicaId],
+        config: &ClusterConfig,
+        now: Time,
+    ) -> Option<Chosen> {
+        let mut chosen = match pick {
+            Pick::Replica(r) if self.members.get(&r).is_some_and(|m| m.in_policy) => Some(r),
+            _ => None,
+        };
+        if chosen.is_none_or(|r| exclude.contains(&r)) {
+            chosen = self.alternative(exclude, config, now).or(chosen);
+        } else if let Some(r) = chosen
+            && let Some(m) = self.members.get(&r)
+            && !m.initial
+            && config.slow_start.is_ramping(m.added_at, now)
+        {
+            let factor = config.slow_start.factor(m.added_at, now);
+            if self.rng.random_bool((1.0 - factor).clamp(0.0, 1.0)) {
+                let mut skip = exclude.to_vec();
+                skip.push(r);
+                chosen = self.alternative(&skip, config, now).or(chosen);
+            }
+        }
+        let replica = chosen?;
+        let authority = self.members.get(&replica)?.authority.clone();
+        self.policy.on_dispatch(replica, query, now);
+        Some(Chosen {
+            replica,
+            authority,
+            query,
+        })
+    }
+
+    /// A usable replica outside `exclude`, uniformly at random, preferring ones not ramping up.
+    fn alternative(
+        &mut self,
+        exclude: &[ReplicaId],
+        config: &ClusterConfig,
+        now: Time,
+    ) -> Option<ReplicaId> {
+        let usable: Vec<(ReplicaId, bool)> = self
+            .members
+            .iter()
+            .filter(|(id, m)| m.in_policy && !exclude.contains(id))
+            .map(|(id, m)| {
+                let ramping = !m.initial && config.slow_start.is_ramping(m.added_at, now);
+                (*id, ramping)
+            })
+            .collect();
+        let settled: Vec<ReplicaId> = usable.iter().filter(|u| !u.1).map(|u| u.0).collect();
+        let pool: Vec<ReplicaId> = match settled.is_empty() {
+            true => usable.iter().map(|u| u.0).collect(),
+            false => settled,
+        };
+        if pool.is_empty() {
+            return None;
+        }
+        Some(pool[self.rng.random_range(0..pool.len())])
+    }
+
+    /// Drains the policy's outputs: sync-mode decisions go to their waiting requests, probes are
+    /// returned for sending once the lock is released.
+    fn drain(&mut self, now: Time) -> Outbox {
+        while let Some((query, pick)) = self.policy.poll_pick(now, &mut self.rng) {
+            if let Some(tx) = self.waiting.remove(&query) {
+                // A request that gave up waiting has dropped its receiver; nothing to do.
+                let _ = tx.send(pick);
+            }
+        }
+        let mut outbox = Vec::new();
+        while let Some(probe) = self.policy.poll_probe(now, &mut self.rng) {
+            let authority = self
+                .members
+                .get(&probe.replica)
+                .map(|m| m.authority.clone());
+            outbox.push((probe, authority));
+        }
+        outbox
+    }
+
+    /// The earliest time the timer task must act: the policy's timer or an ejection's end.
+    fn next_deadline(&self, now: Time) -> Option<Time> {
+        let unejection = self.outlier.as_ref().and_then(|o| o.next_unejection(now));
+        match (self.policy.poll_timeout(), unejection) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// True (and the new deadline recorded) when the timer task must wake earlier than planned.
+    fn rearm(&mut self, now: Time) -> bool {
+        let next = self.next_deadline(now);
+        match (next, self.armed) {
+            (Some(n), Some(a)) if n >= a => false,
+            (None, _) => false,
+            (Some(n), _) => {
+                self.armed = Some(n);
+                true
+            }
+        }
+    }
+
+    fn record_outlier(
+        &mut self,
+        replica: ReplicaId,
+        outcome: Outcome,
+        now: Time,
+        m: &ClusterMetrics,
+    ) {
+        let Some(outlier) = &mut self.outlier else {
+            return;
+        };
+        outlier.on_result(replica, outcome, now);
+        let ejected = outlier.is_ejected(replica, now);
+        if let Some(member) = self.members.get_mut(&replica)
+            && ejected
+            && member.in_policy
+        {
+            member.in_policy = false;
+            member.metrics.ejections.inc();
+            m.ejected.inc();
+            self.policy
+                .on_replica_change(ReplicaChange::Remove(replica), now);
+            tracing::info!(cluster = %m.name, replica = %member.authority, "replica ejected");
+        }
+    }
+
+    fn restore_unejected(&mut self, now: Time, m: &ClusterMetrics) {
+        let Some(outlier) = &self.outlier else {
+            return;
+        };
+        for (id, member) in self.members.iter_mut() {
+            if !member.in_policy && !outlier.is_ejected(*id, now) {
+                member.in_policy = true;
+                m.ejected.dec();
+                self.policy
+                    .on_replica_change(ReplicaChange::Insert(*id), now);
+                tracing::info!(cluster = %m.name, replica = %member.authority, "replica back from ejection");
+            }
+        }
+    }
+
+    fn remove_member(&mut self, id: ReplicaId, now: Time) {
+        if let Some(member) = self.members.remove(&id)
+            && member.in_policy
+        {
+            self.policy
+                .on_replica_change(ReplicaChange::Remove(id), now);
+        }
+        if let Some(outlier) = &mut self.outlier {
+            outlier.remove(id, now);
+        }
+    }
+}
+
+/// A seed from the standard library's per-process random hash keys; the proxy needs
+/// independence between clusters and runs, not reproducibility.
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
+}
+
+/// A pooled client for one cluster: keep-alive connections, reused across requests.
+fn build_client(config: &ClusterConfig) -> Client<HttpConnector, ProxyBody> {
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(config.connect_timeout));
+    connector.set_nodelay(true);
+    let mut builder = Client::builder(TokioExecutor::new());
+    builder
+        .pool_idle_timeout(config.pool_idle_timeout)
+        .pool_max_idle_per_host(config.pool_max_idle_per_host)
+        .pool_timer(TokioTimer::new())
+        .timer(TokioTimer::new());
+    if config.protocol == UpstreamProtocol::Http2 {
+        builder.http2_only(true);
+    }
+    builder.build(connector)
+}

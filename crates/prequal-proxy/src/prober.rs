@@ -1,0 +1,152 @@
+//! The prober and the timer: the two tasks that carry a policy's requests to the outside world.
+//!
+//! **Probes.** After every event a cluster drains the probes its policy asks for and hands them
+//! here once its lock is released. Each probe is its own small task (so a request never waits
+//! for a probe) that sends `GET /.prequal/probe?v=1` (the protocol of
+//! `prequal_server::protocol`, with the sync-mode hint when there is one) over a connection
+//! pool of its own, waits at most the policy's `probe_timeout()`, and reports the parsed
+//! [`LoadReport`] or a failure back to the policy. Probe traffic is bounded: at most
+//! `max_probes_in_flight` per cluster; a probe beyond that is reported failed at once, which is
+//! what the policy would see from an overloaded network anyway.
+//!
+//! **Timer.** One task per cluster sleeps until the policy's `poll_timeout()` (idle probing,
+//! server-report polling for weighted-round-robin and yarp-p2c, sync-mode probe timeouts) or
+//! the end of an outlier ejection, whichever is first, and then calls `handle_timeout`. A
+//! cluster wakes it early through a `Notify` when a new deadline is earlier than the one it
+//! sleeps on. The task holds only a weak reference, so it ends when its cluster is dropped
+//! (after a reload).
+
+use std::sync::{Arc, Weak};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use prequal_core::{LoadReport, ProbeRequest};
+use prequal_server::protocol::{MAX_REPLY_LEN, parse_reply, probe_path_and_query};
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::body::{BoxError, empty};
+use crate::cluster::{Cluster, Outbox};
+
+/// Rounds of "report failures, drain again" before leftover probes wait for the next event;
+/// keeps a policy that re-probes on every failure from looping while the probe slots are full.
+const MAX_FAILURE_ROUNDS: usize = 2;
+
+impl Cluster {
+    /// Sends each probe in `outbox` as its own task.
+    pub(crate) fn send_probes(self: &Arc<Self>, outbox: Outbox) {
+        let mut outbox = outbox;
+        for _ in 0..MAX_FAILURE_ROUNDS {
+            if outbox.is_empty() {
+                return;
+            }
+            let failed = self.launch(outbox);
+            outbox = Vec::new();
+            for probe in failed {
+                outbox.extend(self.probe_result(&probe, None));
+            }
+        }
+        // Still failing: report without draining further; the next event drains the rest.
+        for (probe, _) in outbox {
+            self.metrics.probes_dropped.inc();
+            let _ = self.probe_result(&probe, None);
+        }
+    }
+
+    /// Starts a task per probe; returns the probes that could not be started.
+    fn launch(self: &Arc<Self>, outbox: Outbox) -> Vec<ProbeRequest> {
+        let mut failed = Vec::new();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return outbox.into_iter().map(|(p, _)| p).collect();
+        };
+        for (probe, authority) in outbox {
+            let Some(authority) = authority else {
+                failed.push(probe);
+                continue;
+            };
+            let Ok(permit) = Arc::clone(&self.probe_slots).try_acquire_owned() else {
+                self.metrics.probes_dropped.inc();
+                failed.push(probe);
+                continue;
+            };
+            let cluster = Arc::clone(self);
+            runtime.spawn(run_probe(cluster, probe, authority, permit));
+        }
+        failed
+    }
+}
+
+async fn run_probe(
+    cluster: Arc<Cluster>,
+    probe: ProbeRequest,
+    authority: http::uri::Authority,
+    permit: OwnedSemaphorePermit,
+) {
+    let sent = tokio::time::timeout(cluster.probe_timeout, fetch(&cluster, &probe, &authority));
+    let report = match sent.await {
+        Ok(Ok(report)) => Some(report),
+        Ok(Err(error)) => {
+            tracing::debug!(cluster = cluster.name(), replica = %authority, %error, "probe failed");
+            None
+        }
+        Err(_) => None,
+    };
+    drop(permit);
+    let outbox = cluster.probe_result(&probe, report.as_ref());
+    cluster.send_probes(outbox);
+}
+
+async fn fetch(
+    cluster: &Cluster,
+    probe: &ProbeRequest,
+    authority: &http::uri::Authority,
+) -> Result<LoadReport, BoxError> {
+    let uri = http::Uri::builder()
+        .scheme("http")
+        .authority(authority.clone())
+        .path_and_query(probe_path_and_query(probe.hint))
+        .build()?;
+    let request = http::Request::builder()
+        .method(http::Method::GET)
+        .uri(uri)
+        .version(cluster.version())
+        .body(empty())?;
+    let response = cluster.probe_client.request(request).await?;
+    if response.status() != http::StatusCode::OK {
+        return Err(format!("probe answered {}", response.status()).into());
+    }
+    // One byte over the limit is enough for the parser to reject an over-long reply.
+    let body = Limited::new(response.into_body(), MAX_REPLY_LEN + 2);
+    let bytes: Bytes = body.collect().await?.to_bytes();
+    Ok(parse_reply(&bytes)?)
+}
+
+/// Starts the cluster's timer task (see the module docs).
+pub(crate) fn spawn_timer(cluster: &Arc<Cluster>) {
+    let weak = Arc::downgrade(cluster);
+    let wake = Arc::clone(&cluster.wake);
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(timer_loop(weak, wake));
+    }
+}
+
+async fn timer_loop(weak: Weak<Cluster>, wake: Arc<tokio::sync::Notify>) {
+    loop {
+        let deadline = {
+            let Some(cluster) = weak.upgrade() else {
+                return;
+            };
+            let (outbox, deadline) = cluster.tick();
+            cluster.send_probes(outbox);
+            deadline
+        };
+        match deadline {
+            Some(at) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(at.into()) => {}
+                    _ = wake.notified() => {}
+                }
+            }
+            None => wake.notified().await,
+        }
+    }
+}
