@@ -182,12 +182,13 @@ fn push_bounded(buffer: &mut VecDeque<Duration>, value: Duration) {
 
 /// The median (the lower one for an even count) in seconds; 0 when empty.
 fn median_secs(values: &VecDeque<Duration>) -> f64 {
-    let mut sorted: Vec<Duration> = values.iter().copied().collect();
-    sorted.sort_unstable();
-    match sorted.len() {
-        0 => 0.0,
-        len => sorted[(len - 1) / 2].as_secs_f64(),
+    let mut copy: Vec<Duration> = values.iter().copied().collect();
+    if copy.is_empty() {
+        return 0.0;
     }
+    let middle = (copy.len() - 1) / 2;
+    let (_, median, _) = copy.select_nth_unstable(middle);
+    median.as_secs_f64()
 }
 
 impl Rule for LinearRule {

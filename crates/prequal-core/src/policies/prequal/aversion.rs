@@ -73,6 +73,10 @@ impl ReplicaLoad {
 
     /// The decayed error share at `now`.
     pub fn error_share(&self, now: Time, aversion: &Aversion) -> f64 {
+        if self.errors == 0.0 {
+            // The common case, and no exponential to compute.
+            return 0.0;
+        }
         let keep = self.decay_factor(now, aversion);
         self.errors * keep / (self.queries * keep + PRIOR_QUERIES)
     }

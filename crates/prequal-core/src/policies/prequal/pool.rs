@@ -43,7 +43,7 @@ impl Entry {
     }
 }
 
-/// A bounded pool of probe replies, ordered by receipt (front = oldest).
+/// A bounded pool of probe replies, ordered by receipt time (front = oldest).
 #[derive(Clone, Debug)]
 pub struct Pool {
     entries: VecDeque<Entry>,
@@ -97,16 +97,36 @@ impl Pool {
         } else {
             None
         };
-        self.entries.push_back(entry);
+        // Drivers hand in non-decreasing times, so this is the back; the search only guards
+        // the order (and with it `expire`) against one that does not.
+        if self
+            .entries
+            .back()
+            .is_none_or(|e| e.received <= entry.received)
+        {
+            self.entries.push_back(entry);
+        } else {
+            let at = self
+                .entries
+                .partition_point(|e| e.received <= entry.received);
+            self.entries.insert(at, entry);
+        }
         evicted
     }
 
     /// Drops every reply older than the age limit at `now`; returns how many were dropped.
+    /// Replies are kept in receipt order, so the expired ones are at the front.
     pub fn expire(&mut self, now: Time) -> usize {
-        let before = self.entries.len();
-        let max_age = self.max_age;
-        self.entries.retain(|e| e.age(now) <= max_age);
-        before - self.entries.len()
+        let mut dropped = 0;
+        while self
+            .entries
+            .front()
+            .is_some_and(|e| e.age(now) > self.max_age)
+        {
+            self.entries.pop_front();
+            dropped += 1;
+        }
+        dropped
     }
 
     /// Drops every reply from `replica` (it left the replica set).
@@ -157,6 +177,10 @@ mod tests {
         assert_eq!(evicted.map(|e| e.replica), Some(ReplicaId(1)));
         let ids: Vec<u32> = pool.iter().map(|e| e.replica.0).collect();
         assert_eq!(ids, vec![2, 3]);
+        // A reply stamped earlier than the newest still lands in receipt order.
+        pool.insert(entry(4, 1, 1));
+        let ids: Vec<u32> = pool.iter().map(|e| e.replica.0).collect();
+        assert_eq!(ids, vec![4, 3]);
     }
 
     #[test]
