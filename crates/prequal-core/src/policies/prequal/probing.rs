@@ -59,6 +59,27 @@ pub fn order_with_aversion(a: &(bool, Rank), b: &(bool, Rank)) -> Ordering {
     a.0.cmp(&b.0).then(a.1.order(&b.1))
 }
 
+/// The replies a decision compared, formatted only when a trace subscriber asks for them.
+struct Candidates<'a>(&'a Pool, &'a [(bool, Rank)]);
+
+impl fmt::Debug for Candidates<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut list = f.debug_list();
+        for (entry, (avoided, rank)) in self.0.iter().zip(self.1) {
+            list.entry(&format_args!(
+                "{}(rif={} latency_us={} key={:.6}{}{})",
+                entry.replica,
+                entry.rif,
+                entry.latency.as_micros(),
+                rank.key,
+                if rank.hot { " hot" } else { "" },
+                if *avoided { " avoided" } else { "" },
+            ));
+        }
+        list.finish()
+    }
+}
+
 /// A selection rule: how the engine ranks the replies in its pool.
 pub trait Rule: fmt::Debug + Send + 'static {
     /// What the rule computes once per decision (a threshold, a scale factor).
@@ -197,7 +218,7 @@ impl<R: Rule> AsyncProbing<R> {
         let entry = self.pool.get(best)?;
         tracing::trace!(
             policy = R::NAME,
-            compared = ranked.len(),
+            compared = ?Candidates(&self.pool, &ranked),
             chosen = %entry.replica,
             rif = entry.rif,
             latency_us = entry.latency.as_micros() as u64,

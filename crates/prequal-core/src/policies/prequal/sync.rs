@@ -193,7 +193,7 @@ impl PrequalSync {
             .min_by(|a, b| order_with_aversion(&a.1, &b.1))?;
         tracing::trace!(
             policy = "prequal-sync",
-            compared = ranked.len(),
+            compared = ?ranked,
             chosen = %id,
             hot = rank.hot,
             avoided,

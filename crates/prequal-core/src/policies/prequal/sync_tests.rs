@@ -137,3 +137,36 @@ fn config_checks_probes_and_replies() {
     assert!(Config::default().validate().is_ok());
     assert_eq!(Config::default().build().name(), "prequal-sync");
 }
+
+#[test]
+fn avoided_replica_loses_to_a_slower_healthy_one() {
+    // Waiting for all three replies makes sure the failing replica's reply is compared.
+    let mut p = PrequalSync::new(Config {
+        replies: 3,
+        ..Config::default()
+    });
+    for id in 0..3 {
+        p.on_replica_change(ReplicaChange::Insert(ReplicaId(id)), Time::ZERO);
+    }
+    let mut rng = rng(6);
+    for q in 0..40 {
+        let failed = crate::policy::Completion {
+            query: QueryId(q),
+            latency: Duration::from_millis(1),
+            outcome: crate::policy::Outcome::Error,
+        };
+        p.on_dispatch(ReplicaId(0), QueryId(q), Time::ZERO);
+        p.on_complete(ReplicaId(0), &failed, Time::ZERO);
+    }
+    assert!(p.snapshot(Time::ZERO).replicas[0].avoided);
+    let probes = start(&mut p, 100, None);
+    for probe in &probes {
+        let fast = probe.replica == ReplicaId(0);
+        let load = if fast { report(0, 1) } else { report(3, 40) };
+        p.on_probe_reply(probe, &load, Time::ZERO, &mut rng);
+    }
+    match p.poll_pick(Time::ZERO, &mut rng) {
+        Some((QueryId(100), Pick::Replica(id))) => assert_ne!(id, ReplicaId(0)),
+        other => panic!("{other:?}"),
+    }
+}
