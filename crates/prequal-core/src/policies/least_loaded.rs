@@ -113,8 +113,8 @@ impl Policy for LeastLoaded {
         }
         let start = self.scan_start();
         // Strictly smaller wins, so among equals the first in cyclic order stays.
-        let best = (0..n)
-            .map(|k| (start + k) % n)
+        let best = (start..n)
+            .chain(0..start)
             .min_by_key(|&i| self.replicas.at(i).rif)
             .unwrap_or(start);
         let id = self.replicas.id_at(best);
