@@ -1,4 +1,5 @@
-//! The admin listener (127.0.0.1:9901 by default: it is not meant to face clients).
+//! The admin listener (127.0.0.1:9901 by default: it is not meant to face clients), speaking
+//! HTTP/1.1 and h2c like the data plane.
 //!
 //! - `GET /metrics`: Prometheus metrics (OpenMetrics text format);
 //! - `GET /live`: 200 while the process serves;
@@ -14,9 +15,9 @@ use std::sync::Arc;
 
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 
 use crate::body::{ProxyBody, full};
@@ -32,7 +33,7 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
         let state = Arc::clone(&shared);
         let service = service_fn(move |req| answer(Arc::clone(&state), req));
         tokio::spawn(async move {
-            let _ = http1::Builder::new()
+            let _ = auto::Builder::new(TokioExecutor::new())
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });

@@ -82,6 +82,7 @@ impl ProxyHandle {
     /// Applies a new configuration without dropping requests. On error the running
     /// configuration stays in force. A changed listen address needs a restart (logged).
     pub fn reload(&self, config: &ProxyConfig) -> Result<(), ProxyError> {
+        config.validate("<reload>")?;
         let old = self.shared.routing();
         if config.server != old.config().server || config.admin != old.config().admin {
             tracing::warn!("[server] and [admin] changes take effect only after a restart");

@@ -1,0 +1,277 @@
+//! Test fixtures: loopback backends that answer probes, a proxy on port 0, and a client.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use prequal_core::LoadReport;
+use prequal_proxy::{Proxy, ProxyConfig, ProxyHandle};
+use prequal_server::protocol::{PROBE_PATH, encode_reply};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// The HTTP version a test runs over, client to proxy and proxy to replicas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proto {
+    H1,
+    H2,
+}
+
+impl Proto {
+    pub fn toml(self) -> &'static str {
+        match self {
+            Proto::H1 => "http1",
+            Proto::H2 => "http2",
+        }
+    }
+}
+
+/// A backend replica on 127.0.0.1 whose delay and status the test controls.
+pub struct Backend {
+    pub addr: SocketAddr,
+    pub hits: Arc<AtomicU64>,
+    pub delay_ms: Arc<AtomicU64>,
+    pub status: Arc<AtomicU16>,
+    pub in_flight: Arc<AtomicU32>,
+    alive: Arc<AtomicBool>,
+    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl Backend {
+    pub async fn start() -> Backend {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let backend = Backend {
+            addr,
+            hits: Arc::default(),
+            delay_ms: Arc::new(AtomicU64::new(1)),
+            status: Arc::new(AtomicU16::new(200)),
+            in_flight: Arc::default(),
+            alive: Arc::new(AtomicBool::new(true)),
+            tasks: Arc::default(),
+        };
+        let state = backend.state();
+        let tasks = Arc::clone(&backend.tasks);
+        let accept = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let state = state.clone();
+                let service = service_fn(move |req| state.clone().answer(req));
+                let conn = tokio::spawn(async move {
+                    let _ = auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+                tasks.lock().unwrap().push(conn);
+            }
+        });
+        backend.tasks.lock().unwrap().push(accept);
+        backend
+    }
+
+    fn state(&self) -> BackendState {
+        BackendState {
+            hits: Arc::clone(&self.hits),
+            delay_ms: Arc::clone(&self.delay_ms),
+            status: Arc::clone(&self.status),
+            in_flight: Arc::clone(&self.in_flight),
+        }
+    }
+
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::SeqCst)
+    }
+
+    pub fn set_delay_ms(&self, ms: u64) {
+        self.delay_ms.store(ms, Ordering::SeqCst);
+    }
+
+    pub fn set_status(&self, status: u16) {
+        self.status.store(status, Ordering::SeqCst);
+    }
+
+    /// Closes the listener and every connection: the port refuses from now on.
+    pub fn kill(&self) {
+        self.alive.store(false, Ordering::SeqCst);
+        for task in self.tasks.lock().unwrap().drain(..) {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[derive(Clone)]
+struct BackendState {
+    hits: Arc<AtomicU64>,
+    delay_ms: Arc<AtomicU64>,
+    status: Arc<AtomicU16>,
+    in_flight: Arc<AtomicU32>,
+}
+
+impl BackendState {
+    async fn answer(self, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+        let delay = Duration::from_millis(self.delay_ms.load(Ordering::SeqCst));
+        if req.uri().path() == PROBE_PATH {
+            // RIF from the counter; the latency estimate is the configured delay.
+            let report = LoadReport {
+                rif: self.in_flight.load(Ordering::SeqCst),
+                latency: delay,
+                ..LoadReport::default()
+            };
+            return Ok(Response::new(Full::new(Bytes::from(encode_reply(&report)))));
+        }
+        self.hits.fetch_add(1, Ordering::SeqCst);
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let _ = req.into_body().collect().await;
+        tokio::time::sleep(delay).await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        let status = StatusCode::from_u16(self.status.load(Ordering::SeqCst)).unwrap();
+        let mut response = Response::new(Full::new(Bytes::from_static(b"ok")));
+        *response.status_mut() = status;
+        Ok(response)
+    }
+}
+
+/// A running proxy and what a test needs to drive it.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub admin: SocketAddr,
+    pub handle: ProxyHandle,
+    stop: Option<oneshot::Sender<()>>,
+    pub task: JoinHandle<()>,
+}
+
+impl Running {
+    /// Begins shutdown (what SIGTERM does in `prequal proxy`).
+    pub fn shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// A config over `backends` with `cluster_extra` lines added to the cluster table.
+pub fn config_text(
+    backends: &[&Backend],
+    proto: Proto,
+    policy: &str,
+    cluster_extra: &str,
+) -> String {
+    let upstreams: Vec<String> = backends.iter().map(|b| format!("\"{}\"", b.addr)).collect();
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\ndrain_timeout = \"5s\"\n\
+         [admin]\nlisten = \"127.0.0.1:0\"\n\
+         [clusters.test]\nupstreams = [{}]\npolicy = {policy}\nprotocol = \"{}\"\n{cluster_extra}\n",
+        upstreams.join(", "),
+        proto.toml()
+    )
+}
+
+pub async fn start_proxy(text: &str) -> Running {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let config = ProxyConfig::from_toml(text, "test.toml").unwrap();
+    let proxy = Proxy::bind(&config).await.unwrap();
+    let addr = proxy.local_addr().unwrap();
+    let admin = proxy.admin_addr().unwrap();
+    let handle = proxy.handle();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(proxy.run(async move {
+        let _ = stopped.await;
+    }));
+    Running {
+        addr,
+        admin,
+        handle,
+        stop: Some(stop),
+        task,
+    }
+}
+
+pub type TestClient = Client<HttpConnector, Full<Bytes>>;
+
+pub fn client(proto: Proto) -> TestClient {
+    let mut builder = Client::builder(TokioExecutor::new());
+    if proto == Proto::H2 {
+        builder.http2_only(true);
+    }
+    builder.build(HttpConnector::new())
+}
+
+/// Sends one GET and returns its status and body (bounded by a 10 s guard).
+pub async fn get(client: &TestClient, addr: SocketAddr, path: &str) -> (u16, String) {
+    let req = Request::get(format!("http://{addr}{path}"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let fut = async {
+        let resp = client.request(req).await.unwrap();
+        let status = resp.status().as_u16();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    };
+    tokio::time::timeout(Duration::from_secs(10), fut)
+        .await
+        .expect("request finished within the test guard")
+}
+
+/// Sends `n` GETs with `concurrency` at a time; returns how many got 200.
+pub async fn load(client: &TestClient, addr: SocketAddr, n: usize, concurrency: usize) -> usize {
+    let next = Arc::new(AtomicU64::new(0));
+    let ok = Arc::new(AtomicU64::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..concurrency {
+        let (client, next, ok) = (client.clone(), Arc::clone(&next), Arc::clone(&ok));
+        workers.push(tokio::spawn(async move {
+            while next.fetch_add(1, Ordering::SeqCst) < n as u64 {
+                if get(&client, addr, "/work").await.0 == 200 {
+                    ok.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }));
+    }
+    for w in workers {
+        w.await.unwrap();
+    }
+    ok.load(Ordering::SeqCst) as usize
+}
+
+/// Runs `body` once per protocol: `e2e!(name, |proto| async move { ... })`.
+#[macro_export]
+macro_rules! over_h1_and_h2 {
+    ($name:ident, $body:path) => {
+        mod $name {
+            use super::*;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn http1() {
+                $body(Proto::H1).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn http2() {
+                $body(Proto::H2).await;
+            }
+        }
+    };
+}
