@@ -5,7 +5,8 @@
 //! virtual time a little, delivers the probe replies and query completions that are due, wakes
 //! the policy if its timer expired, and then does one of: send a new query (most steps), change
 //! membership (insert, remove, duplicate insert, removal of an absent replica), or feed stray
-//! input (probe replies and load reports for replicas the policy never heard of). After every
+//! input (probe replies and load reports for replicas the policy never heard of), or let a
+//! lull of up to 0.8 s pass (so pool entries age out and timers fire). After every
 //! event it drains [`Policy::poll_pick`] and [`Policy::poll_probe`], answering probes from
 //! [`Model`], a toy model of replica load.
 //!
@@ -142,8 +143,8 @@ impl Harness {
         harness
     }
 
-    /// One step: time passes, due events are delivered, then a query, a membership change or
-    /// stray input.
+    /// One step: time passes, due events are delivered, then a query, a membership change,
+    /// stray input or a lull.
     pub fn step(&mut self) {
         let pause = Duration::from_micros(self.rng.random_range(10..400));
         self.advance(pause);
@@ -153,6 +154,11 @@ impl Harness {
             2 => self.duplicate_insert(),
             3 => self.remove_absent(),
             4 => self.stray_input(),
+            5 => {
+                // A lull: lets pool entries age out and polling and idle-probe timers fire.
+                let lull = Duration::from_millis(self.rng.random_range(50..800));
+                self.advance(lull);
+            }
             _ => {
                 self.query();
             }
