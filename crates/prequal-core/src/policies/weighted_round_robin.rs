@@ -31,7 +31,6 @@
 //! each replica's share tracks its weight to within one pick, and picks of a heavy replica are
 //! spread out rather than bunched. It is deterministic and uses no randomness.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use rand::RngCore;
@@ -39,6 +38,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
 use crate::policies::least_loaded::LocalLoad;
+use crate::policies::yarp_p2c::{Poller, next_on_grid};
 use crate::policy::{
     Completion, LoadReport, Pick, Policy, ProbeId, ProbeRequest, Query, QueryId, Snapshot,
 };
@@ -154,22 +154,18 @@ struct ReplicaState {
 pub struct WeightedRoundRobin {
     config: Config,
     replicas: Replicas<ReplicaState>,
-    next_poll: Option<Time>,
+    poller: Poller,
     next_update: Option<Time>,
-    outbox: VecDeque<ProbeRequest>,
-    next_probe_id: u64,
 }
 
 impl WeightedRoundRobin {
     /// A policy with the given (validated) parameters.
     pub fn new(config: Config) -> Self {
         Self {
-            config,
             replicas: Replicas::new(),
-            next_poll: None,
+            poller: Poller::new(config.poll_interval),
             next_update: None,
-            outbox: VecDeque::new(),
-            next_probe_id: 0,
+            config,
         }
     }
 
@@ -243,29 +239,12 @@ impl WeightedRoundRobin {
         self.replicas.iter().map(|(_, s)| s.effective).sum::<f64>() / n as f64
     }
 
-    fn queue_polls(&mut self) {
-        for i in 0..self.replicas.len() {
-            let id = ProbeId(self.next_probe_id);
-            self.next_probe_id += 1;
-            self.replicas.at_mut(i).last_probe = Some(id);
-            let replica = self.replicas.id_at(i);
-            self.outbox.push_back(ProbeRequest {
-                id,
-                replica,
-                query: None,
-                hint: None,
-            });
+    fn queue_poll(&mut self, replica: ReplicaId) {
+        let id = self.poller.queue(replica);
+        if let Some(state) = self.replicas.get_mut(replica) {
+            state.last_probe = Some(id);
         }
     }
-}
-
-/// The next time on the grid `due + k·period` that is after `now`.
-fn next_on_grid(due: Time, period: Duration, now: Time) -> Time {
-    let mut next = due + period;
-    while next <= now {
-        next = next + period;
-    }
-    next
 }
 
 impl Policy for WeightedRoundRobin {
@@ -283,16 +262,18 @@ impl Policy for WeightedRoundRobin {
         if !changed {
             return;
         }
-        if let ReplicaChange::Remove(id) = change {
-            self.outbox.retain(|p| p.replica != id);
+        match change {
+            // A newcomer is polled at once rather than at the next round.
+            ReplicaChange::Insert(id) => self.queue_poll(id),
+            ReplicaChange::Remove(id) => self.poller.cancel(id),
         }
         if self.replicas.is_empty() {
-            self.next_poll = None;
+            self.poller.stop();
             self.next_update = None;
         } else {
-            self.next_poll.get_or_insert(now);
-            self.next_update
-                .get_or_insert(now + self.config.weight_update_period);
+            self.poller.start(now);
+            let period = self.config.weight_update_period;
+            self.next_update.get_or_insert(now + period);
         }
     }
 
@@ -331,7 +312,7 @@ impl Policy for WeightedRoundRobin {
     }
 
     fn poll_probe(&mut self, _now: Time, _rng: &mut dyn RngCore) -> Option<ProbeRequest> {
-        self.outbox.pop_front()
+        self.poller.pop()
     }
 
     fn probe_timeout(&self) -> Option<Duration> {
@@ -353,20 +334,22 @@ impl Policy for WeightedRoundRobin {
     }
 
     fn poll_timeout(&self) -> Option<Time> {
-        match (self.next_poll, self.next_update) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.poller
+            .next_round()
+            .into_iter()
+            .chain(self.next_update)
+            .min()
     }
 
     fn handle_timeout(&mut self, now: Time, _rng: &mut dyn RngCore) {
-        if let Some(due) = self.next_poll.filter(|t| *t <= now) {
-            self.queue_polls();
-            self.next_poll = Some(next_on_grid(due, self.config.poll_interval, now));
+        if self.poller.take_due_round(now) {
+            let ids = self.replicas.ids().to_vec();
+            ids.into_iter().for_each(|id| self.queue_poll(id));
         }
         if let Some(due) = self.next_update.filter(|t| *t <= now) {
             self.update_weights(now);
-            self.next_update = Some(next_on_grid(due, self.config.weight_update_period, now));
+            let period = self.config.weight_update_period;
+            self.next_update = Some(next_on_grid(due, period, now));
         }
     }
 
@@ -415,6 +398,14 @@ mod tests {
         }
     }
 
+    fn weights(p: &WeightedRoundRobin) -> Vec<f64> {
+        let snap = p.snapshot(Time::ZERO);
+        snap.replicas
+            .iter()
+            .map(|r| r.score.unwrap_or(0.0))
+            .collect()
+    }
+
     fn shares(p: &mut WeightedRoundRobin, n: usize) -> Vec<usize> {
         let picks = pick_n(p, n);
         let mut counts = vec![0; 1 + *picks.iter().max().unwrap_or(&0) as usize];
@@ -451,13 +442,7 @@ mod tests {
         for s in 0..5 {
             poll_round(&mut p, Time::from_secs(s), &reports);
         }
-        let snap = p.snapshot(Time::from_secs(5));
-        let weights: Vec<f64> = snap
-            .replicas
-            .iter()
-            .map(|r| r.score.unwrap_or(0.0))
-            .collect();
-        assert_eq!(weights, vec![200.0, 100.0]);
+        assert_eq!(weights(&p), vec![200.0, 100.0]);
         assert_eq!(shares(&mut p, 300), vec![200, 100]);
     }
 
@@ -471,14 +456,7 @@ mod tests {
         ];
         poll_round(&mut p, Time::ZERO, &reports);
         poll_round(&mut p, Time::from_secs(1), &reports);
-        let weights = |p: &WeightedRoundRobin, s| -> Vec<f64> {
-            let snap = p.snapshot(Time::from_secs(s));
-            snap.replicas
-                .iter()
-                .map(|r| r.score.unwrap_or(0.0))
-                .collect()
-        };
-        assert_eq!(weights(&p, 1), vec![300.0, 100.0, 200.0]);
+        assert_eq!(weights(&p), vec![300.0, 100.0, 200.0]);
         // Replica 0 stops answering; 11 s later its report has expired.
         let silent = [
             LoadReport::default(),
@@ -488,7 +466,7 @@ mod tests {
         for s in 2..=12 {
             poll_round(&mut p, Time::from_secs(s), &silent);
         }
-        assert_eq!(weights(&p, 12), vec![100.0, 100.0, 100.0]);
+        assert_eq!(weights(&p), vec![100.0, 100.0, 100.0]);
     }
 
     #[test]
@@ -511,25 +489,21 @@ mod tests {
 
     #[test]
     fn bad_params_name_their_key() {
-        let bad = Config {
+        let message = |c: Config| c.validate().map_err(|e| e.to_string()).unwrap_err();
+        let smoothing = Config {
             smoothing: 0.0,
             ..Config::default()
         };
-        assert!(
-            bad.validate()
-                .unwrap_err()
-                .to_string()
-                .contains("`smoothing`")
-        );
-        let bad = Config {
+        assert!(message(smoothing).contains("`smoothing`"));
+        let penalty = Config {
             error_penalty: f64::NAN,
             ..Config::default()
         };
-        assert!(
-            bad.validate()
-                .unwrap_err()
-                .to_string()
-                .contains("`error_penalty`")
-        );
+        assert!(message(penalty).contains("`error_penalty`"));
+        let period = Config {
+            weight_update_period: Duration::ZERO,
+            ..Config::default()
+        };
+        assert!(message(period).contains("`weight_update_period`"));
     }
 }

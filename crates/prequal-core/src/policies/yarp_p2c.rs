@@ -33,7 +33,7 @@ use crate::policy::{
     Completion, LoadReport, Pick, Policy, ProbeId, ProbeRequest, Query, QueryId, Snapshot,
 };
 use crate::replica::{ReplicaChange, ReplicaId, Replicas};
-use crate::time::Time;
+use crate::time::{Time, duration_nanos};
 
 /// `yarp-p2c` parameters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -92,41 +92,115 @@ struct ReplicaState {
     load: LocalLoad,
 }
 
-/// Power of two choices on polled server RIF. See the module docs.
+/// A fixed-interval polling schedule and its queue of probes (shared with
+/// `weighted-round-robin`). Rounds stay on the grid of the first one; a driver that wakes late
+/// gets one round, not one per interval missed.
 #[derive(Debug)]
-pub struct YarpP2c {
-    poll_interval: Duration,
-    replicas: Replicas<ReplicaState>,
-    /// When the next polling round is due; `None` while there are no replicas.
+pub(crate) struct Poller {
+    interval: Duration,
+    /// When the next round is due; `None` while there is nothing to poll.
     next_round: Option<Time>,
     outbox: VecDeque<ProbeRequest>,
-    next_probe_id: u64,
+    next_id: u64,
 }
 
-impl YarpP2c {
-    /// A policy polling every `poll_interval`.
-    pub fn new(poll_interval: Duration) -> Self {
+impl Poller {
+    pub(crate) fn new(interval: Duration) -> Self {
         Self {
-            poll_interval,
-            replicas: Replicas::new(),
+            interval,
             next_round: None,
             outbox: VecDeque::new(),
-            next_probe_id: 0,
+            next_id: 0,
         }
     }
 
-    fn queue_poll(&mut self, replica: ReplicaId) {
-        let id = ProbeId(self.next_probe_id);
-        self.next_probe_id += 1;
-        if let Some(state) = self.replicas.get_mut(replica) {
-            state.last_probe = Some(id);
-        }
+    pub(crate) fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    pub(crate) fn next_round(&self) -> Option<Time> {
+        self.next_round
+    }
+
+    /// Starts the schedule, first round one interval after `now`, unless it is running.
+    pub(crate) fn start(&mut self, now: Time) {
+        self.next_round.get_or_insert(now + self.interval);
+    }
+
+    /// Stops the schedule (no replicas left).
+    pub(crate) fn stop(&mut self) {
+        self.next_round = None;
+        self.outbox.clear();
+    }
+
+    /// True, and the schedule moves to the next grid point after `now`, if a round is due.
+    pub(crate) fn take_due_round(&mut self, now: Time) -> bool {
+        let Some(due) = self.next_round.filter(|due| *due <= now) else {
+            return false;
+        };
+        self.next_round = Some(next_on_grid(due, self.interval, now));
+        true
+    }
+
+    /// Queues a probe to `replica` and returns its id.
+    pub(crate) fn queue(&mut self, replica: ReplicaId) -> ProbeId {
+        let id = ProbeId(self.next_id);
+        self.next_id += 1;
         self.outbox.push_back(ProbeRequest {
             id,
             replica,
             query: None,
             hint: None,
         });
+        id
+    }
+
+    /// Drops the queued probes to a replica that left.
+    pub(crate) fn cancel(&mut self, replica: ReplicaId) {
+        self.outbox.retain(|p| p.replica != replica);
+    }
+
+    pub(crate) fn pop(&mut self) -> Option<ProbeRequest> {
+        self.outbox.pop_front()
+    }
+
+    pub(crate) fn queued(&self) -> usize {
+        self.outbox.len()
+    }
+}
+
+/// The first time on the grid `due + k·period` (k >= 1) that is after `now`, so a periodic
+/// task that woke late runs once and keeps its phase.
+pub(crate) fn next_on_grid(due: Time, period: Duration, now: Time) -> Time {
+    let step = duration_nanos(period).max(1);
+    let missed = now.as_nanos().saturating_sub(due.as_nanos()) / step;
+    Time::from_nanos(
+        due.as_nanos()
+            .saturating_add(step.saturating_mul(missed + 1)),
+    )
+}
+
+/// Power of two choices on polled server RIF. See the module docs.
+#[derive(Debug)]
+pub struct YarpP2c {
+    replicas: Replicas<ReplicaState>,
+    poller: Poller,
+}
+
+impl YarpP2c {
+    /// A policy polling every `poll_interval`.
+    pub fn new(poll_interval: Duration) -> Self {
+        Self {
+            replicas: Replicas::new(),
+            poller: Poller::new(poll_interval),
+        }
+    }
+
+    fn queue_poll(&mut self, replica: ReplicaId) {
+        let id = self.poller.queue(replica);
+        if let Some(state) = self.replicas.get_mut(replica) {
+            state.last_probe = Some(id);
+        }
     }
 
     fn record(&mut self, replica: ReplicaId, probe: Option<ProbeId>, rif: u32, now: Time) {
@@ -160,13 +234,13 @@ impl Policy for YarpP2c {
         }
         match change {
             ReplicaChange::Insert(id) => {
-                self.next_round.get_or_insert(now + self.poll_interval);
+                self.poller.start(now);
                 self.queue_poll(id);
             }
             ReplicaChange::Remove(id) => {
-                self.outbox.retain(|p| p.replica != id);
+                self.poller.cancel(id);
                 if self.replicas.is_empty() {
-                    self.next_round = None;
+                    self.poller.stop();
                 }
             }
         }
@@ -196,11 +270,11 @@ impl Policy for YarpP2c {
     }
 
     fn poll_probe(&mut self, _now: Time, _rng: &mut dyn RngCore) -> Option<ProbeRequest> {
-        self.outbox.pop_front()
+        self.poller.pop()
     }
 
     fn probe_timeout(&self) -> Option<Duration> {
-        Some(self.poll_interval)
+        Some(self.poller.interval())
     }
 
     fn on_probe_reply(
@@ -226,29 +300,17 @@ impl Policy for YarpP2c {
     }
 
     fn poll_timeout(&self) -> Option<Time> {
-        self.next_round
+        self.poller.next_round()
     }
 
     fn handle_timeout(&mut self, now: Time, _rng: &mut dyn RngCore) {
-        let Some(due) = self.next_round else {
-            return;
-        };
-        if now < due {
+        if !self.poller.take_due_round(now) {
             return;
         }
         let ids = self.replicas.ids().to_vec();
         ids.into_iter().for_each(|id| self.queue_poll(id));
-        // Keep rounds on the original grid; a driver that woke late skips missed rounds.
-        let mut next = due + self.poll_interval;
-        while next <= now {
-            next = next + self.poll_interval;
-        }
-        self.next_round = Some(next);
-        tracing::trace!(
-            now_ns = now.as_nanos(),
-            polls = self.outbox.len(),
-            "yarp-p2c round"
-        );
+        let polls = self.poller.queued();
+        tracing::trace!(now_ns = now.as_nanos(), polls, "yarp-p2c round");
     }
 
     fn snapshot(&self, now: Time) -> Snapshot {
@@ -362,6 +424,19 @@ mod tests {
             p.snapshot(Time::from_millis(502)).replicas[0].score,
             Some(1.0)
         );
+    }
+
+    #[test]
+    fn a_late_wake_up_runs_one_round_and_keeps_the_phase() {
+        let ms = Time::from_millis;
+        let period = Duration::from_millis(500);
+        assert_eq!(next_on_grid(ms(500), period, ms(500)), ms(1_000));
+        assert_eq!(next_on_grid(ms(500), period, ms(1_700)), ms(2_000));
+        let mut p = policy(2);
+        drain(&mut p, Time::ZERO);
+        p.handle_timeout(ms(1_700), &mut rng(0));
+        assert_eq!(drain(&mut p, ms(1_700)).len(), 2);
+        assert_eq!(p.poll_timeout(), Some(ms(2_000)));
     }
 
     #[test]
