@@ -183,6 +183,8 @@ async fn one_try(
     }
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers, false);
+    // The replica's HTTP version is per hop; hyper answers the client in the client's version.
+    parts.version = http::Version::HTTP_11;
     let body = Tracked::new(body, guard).boxed_unsync();
     let response = Response::from_parts(parts, body);
     match failed {

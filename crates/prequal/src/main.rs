@@ -4,6 +4,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 mod policies;
+mod proxy;
 mod sidecar;
 
 /// prequal: a latency-aware load balancer, its simulator, and its testbed.
@@ -18,6 +19,8 @@ struct Cli {
 enum Command {
     /// List every balancing policy with its signal, rule, parameters and defaults.
     Policies(policies::Args),
+    /// Run the load-balancing proxy (HTTP/1.1 and HTTP/2) from a config file or flags.
+    Proxy(proxy::Args),
     /// Track one replica's load and answer probes in front of it (HTTP/1.1 and HTTP/2).
     Sidecar(sidecar::Args),
 }
@@ -26,6 +29,7 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Policies(args) => policies::run(&args),
+        Command::Proxy(args) => proxy::run(&args),
         Command::Sidecar(args) => sidecar::run(&args),
     }
 }

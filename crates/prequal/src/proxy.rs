@@ -1,0 +1,165 @@
+//! `prequal proxy`: the load-balancing proxy (crates/prequal-proxy), from a config file or flags.
+//!
+//! `prequal proxy --config prequal.toml` runs the configuration in the file (every key is in
+//! docs/config.md); `prequal proxy --listen :8080 --upstream 127.0.0.1:9001 --upstream
+//! 127.0.0.1:9002 --policy prequal` runs one cluster with every other setting at its default.
+//! SIGTERM or SIGINT drains in-flight requests and stops; SIGHUP, or a change to the config
+//! file (checked every `--watch-interval`), reloads it without dropping requests. A config that
+//! fails to load on reload is logged and the running one stays in force. Logs go to stderr;
+//! `RUST_LOG` sets the filter (default `info`).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, Result, bail};
+use prequal_proxy::{Proxy, ProxyConfig, ProxyHandle};
+
+/// Arguments of `prequal proxy`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// A TOML config file (see docs/config.md). Excludes --listen/--upstream/--policy.
+    #[arg(long, conflicts_with_all = ["listen", "upstream"])]
+    config: Option<PathBuf>,
+    /// Zero-config form: address to listen on, `host:port` or `:port` (all interfaces).
+    #[arg(long, value_parser = parse_listen)]
+    listen: Option<SocketAddr>,
+    /// Zero-config form: a replica `host:port`; repeat for each replica.
+    #[arg(long)]
+    upstream: Vec<String>,
+    /// Zero-config form: the balancing policy (`prequal policies` lists them).
+    #[arg(long, default_value = "prequal")]
+    policy: String,
+    /// Zero-config form: the admin listener's address.
+    #[arg(long, default_value = "127.0.0.1:9901")]
+    admin: SocketAddr,
+    /// How often the config file is checked for changes (0s disables the check; SIGHUP still
+    /// reloads).
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    watch_interval: Duration,
+}
+
+fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    let full = match text.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => text.to_string(),
+    };
+    full.parse()
+        .map_err(|e| format!("{text:?} is not `host:port` or `:port`: {e}"))
+}
+
+/// Runs the proxy until SIGINT or SIGTERM.
+pub fn run(args: &Args) -> Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    let config = load(args)?;
+    let runtime = tokio::runtime::Runtime::new().context("prequal proxy: starting tokio")?;
+    runtime.block_on(async {
+        let proxy = Proxy::bind(&config).await.context("prequal proxy")?;
+        let listen = proxy
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let admin = proxy.admin_addr().map(|a| a.to_string());
+        eprintln!(
+            "prequal proxy: listening on {listen} (HTTP/1.1 and h2c); admin on {}",
+            admin.as_deref().unwrap_or("(off)")
+        );
+        if let Some(path) = args.config.clone() {
+            tokio::spawn(reloader(path, proxy.handle(), args.watch_interval));
+        }
+        proxy.run(shutdown_signal()).await;
+        eprintln!("prequal proxy: drained and stopped");
+        Ok(())
+    })
+}
+
+fn load(args: &Args) -> Result<ProxyConfig> {
+    if let Some(path) = &args.config {
+        return Ok(ProxyConfig::from_file(path)?);
+    }
+    let Some(listen) = args.listen else {
+        bail!("prequal proxy: give --config FILE, or --listen and at least one --upstream");
+    };
+    let mut config = ProxyConfig::zero_config(listen, args.upstream.clone(), &args.policy)?;
+    config.admin.listen = args.admin;
+    Ok(config)
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut stream) => {
+                stream.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+    tracing::info!("shutdown signal received; draining");
+}
+
+/// Reloads the config file on SIGHUP and whenever its modification time or size changes.
+async fn reloader(path: PathBuf, handle: ProxyHandle, interval: Duration) {
+    let mut last = stamp(&path);
+    #[cfg(unix)]
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    let poll = if interval.is_zero() {
+        Duration::from_secs(3600)
+    } else {
+        interval
+    };
+    loop {
+        #[cfg(unix)]
+        let hup = async {
+            match hangup.as_mut() {
+                Some(stream) => {
+                    stream.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let hup = std::future::pending::<()>();
+        let forced = tokio::select! {
+            () = hup => true,
+            () = tokio::time::sleep(poll) => false,
+        };
+        let now = stamp(&path);
+        let changed = !interval.is_zero() && now != last;
+        if !(forced || changed) {
+            continue;
+        }
+        last = now;
+        match ProxyConfig::from_file(&path) {
+            Ok(config) => {
+                if let Err(error) = handle.reload(&config) {
+                    tracing::error!(%error, "reload refused; the running configuration stays");
+                }
+            }
+            Err(error) => {
+                tracing::error!(%error, "reload refused; the running configuration stays");
+            }
+        }
+    }
+}
+
+fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.modified().ok()?, meta.len()))
+}
