@@ -262,6 +262,84 @@ mod tests {
         }
     }
 
+    /// A step-driven "Beyond Round Robin" in miniature: one client sends a query every virtual
+    /// millisecond for 10 s to 5 replicas; replica 4 answers in 2 s, the others in 20 ms.
+    /// Returns the share of queries sent to the slow replica.
+    fn slow_replica_share(name: &str) -> f64 {
+        use crate::config::PolicyConfig;
+        use crate::policy::LoadReport;
+        use std::cmp::Reverse;
+        use std::collections::BinaryHeap;
+        let mut policy = with_replicas(
+            PolicyConfig::from_name(name).unwrap().build().unwrap(),
+            0..5,
+        );
+        let (mut r, mut server_rif, mut done) = (rng(1), [0u32; 5], BinaryHeap::new());
+        let mut slow_picks = 0u32;
+        for ms in 0..10_000u64 {
+            let now = Time::from_millis(ms);
+            while let Some(Reverse((at, q, id, latency))) = done.peek().copied() {
+                if at > now {
+                    break;
+                }
+                done.pop();
+                server_rif[id as usize] -= 1;
+                let completion = Completion {
+                    query: QueryId(q),
+                    latency,
+                    outcome: Outcome::Success,
+                };
+                policy.on_complete(ReplicaId(id), &completion, at);
+            }
+            if policy.poll_timeout().is_some_and(|t| t <= now) {
+                policy.handle_timeout(now, &mut r);
+            }
+            while let Some(probe) = policy.poll_probe(now, &mut r) {
+                let report = LoadReport {
+                    rif: server_rif[probe.replica.0 as usize],
+                    ..LoadReport::default()
+                };
+                policy.on_probe_reply(&probe, &report, now, &mut r);
+            }
+            let Pick::Replica(id) = policy.pick(
+                &Query {
+                    id: QueryId(ms),
+                    hint: None,
+                },
+                now,
+                &mut r,
+            ) else {
+                panic!("{name}: no replica");
+            };
+            policy.on_dispatch(id, QueryId(ms), now);
+            server_rif[id.0 as usize] += 1;
+            let latency = Duration::from_millis(if id.0 == 4 { 2_000 } else { 20 });
+            done.push(Reverse((now + latency, ms, id.0, latency)));
+            slow_picks += u32::from(id.0 == 4);
+        }
+        f64::from(slow_picks) / 10_000.0
+    }
+
+    #[test]
+    fn load_aware_baselines_starve_a_slow_replica_where_round_robin_cannot() {
+        assert_eq!(slow_replica_share("round-robin"), 0.2);
+        // Signals seen at once (local RIF, observed latency) starve it almost completely.
+        for name in ["least-loaded", "least-loaded-p2c", "peak-ewma"] {
+            let share = slow_replica_share(name);
+            assert!(
+                share < 0.01,
+                "{name} sent {share} of queries to the slow replica"
+            );
+        }
+        // A polled signal is up to one interval stale: each time the slow replica's reported
+        // RIF drains below the others', it wins its draws for a whole 500 ms round (about 6%).
+        let share = slow_replica_share("yarp-p2c");
+        assert!(
+            share < 0.1,
+            "yarp-p2c sent {share} of queries to the slow replica"
+        );
+    }
+
     #[test]
     fn empty_set_has_no_replica_and_unknown_feedback_is_ignored() {
         let mut policy = Config::default().build();
