@@ -52,7 +52,10 @@ impl Policy for RandomPolicy {
         if self.replicas.is_empty() {
             return Pick::NoReplica;
         }
-        Pick::Replica(self.replicas.id_at(rng.random_range(0..self.replicas.len())))
+        Pick::Replica(
+            self.replicas
+                .id_at(rng.random_range(0..self.replicas.len())),
+        )
     }
 
     fn snapshot(&self, _now: Time) -> Snapshot {

@@ -1,0 +1,52 @@
+//! The policy reference in docs/policies.md is the output of `prequal policies --markdown`.
+
+use std::process::Command;
+
+const BEGIN: &str = "<!-- BEGIN GENERATED: prequal policies --markdown -->\n";
+const END: &str = "<!-- END GENERATED -->";
+
+fn prequal(args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_prequal"))
+        .args(args)
+        .output()
+        .expect("runs prequal");
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8(output.stdout).expect("utf-8")
+}
+
+#[test]
+fn policies_reference_matches_the_code() {
+    let generated = prequal(&["policies", "--markdown"]);
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/policies.md");
+    let doc = std::fs::read_to_string(path).expect("docs/policies.md exists");
+    let start = doc.find(BEGIN).expect("begin marker") + BEGIN.len();
+    let end = doc.find(END).expect("end marker");
+    assert_eq!(
+        doc[start..end],
+        generated,
+        "docs/policies.md is stale: run scripts/gen-policies-doc.sh"
+    );
+}
+
+#[test]
+fn every_policy_is_listed_by_the_text_form() {
+    let text = prequal(&["policies"]);
+    for name in [
+        "random",
+        "round-robin",
+        "weighted-round-robin",
+        "least-loaded",
+        "least-loaded-p2c",
+        "peak-ewma",
+        "yarp-p2c",
+        "linear",
+        "c3",
+        "prequal",
+        "prequal-sync",
+    ] {
+        assert!(
+            text.lines().any(|l| l == name),
+            "{name} missing from `prequal policies`"
+        );
+    }
+}
