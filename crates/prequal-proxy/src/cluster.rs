@@ -119,13 +119,16 @@ impl Cluster {
     ) -> Result<Arc<Self>, prequal_core::ConfigError> {
         let policy = config.policy.build()?;
         let probe_timeout = policy.probe_timeout().unwrap_or(DEFAULT_PROBE_TIMEOUT);
+        let block = |key| {
+            move |e: prequal_core::retry_budget::BlockConfigError| {
+                prequal_core::ConfigError::invalid("proxy", key, e.to_string())
+            }
+        };
         let outlier = match config.outlier_ejection {
-            true => OutlierDetector::new(&config.outlier).ok(),
+            true => Some(OutlierDetector::new(&config.outlier).map_err(block("outlier"))?),
             false => None,
         };
-        let budget = RetryBudget::new(&config.retry_budget).map_err(|e| {
-            prequal_core::ConfigError::invalid("proxy", "retry_budget", e.to_string())
-        })?;
+        let budget = RetryBudget::new(&config.retry_budget).map_err(block("retry_budget"))?;
         let core = Core {
             policy,
             rng: SmallRng::seed_from_u64(random_seed()),
@@ -241,6 +244,7 @@ impl Cluster {
             }
         }
         self.metrics.replicas.set(core.members.len() as i64);
+        self.metrics.ejected.set(core.ejected_count());
         drop(guard);
         self.wake.notify_one();
     }
@@ -557,26 +561,33 @@ impl Core {
         {
             member.in_policy = false;
             member.metrics.ejections.inc();
-            m.ejected.inc();
+            tracing::info!(cluster = %m.name, replica = %member.authority, "replica ejected");
             self.policy
                 .on_replica_change(ReplicaChange::Remove(replica), now);
-            tracing::info!(cluster = %m.name, replica = %member.authority, "replica ejected");
+            m.ejected.set(self.ejected_count());
         }
+    }
+
+    fn ejected_count(&self) -> i64 {
+        self.members.values().filter(|m| !m.in_policy).count() as i64
     }
 
     fn restore_unejected(&mut self, now: Time, m: &ClusterMetrics) {
         let Some(outlier) = &self.outlier else {
             return;
         };
+        if self.ejected_count() == 0 {
+            return;
+        }
         for (id, member) in self.members.iter_mut() {
             if !member.in_policy && !outlier.is_ejected(*id, now) {
                 member.in_policy = true;
-                m.ejected.dec();
                 self.policy
                     .on_replica_change(ReplicaChange::Insert(*id), now);
                 tracing::info!(cluster = %m.name, replica = %member.authority, "replica back from ejection");
             }
         }
+        m.ejected.set(self.ejected_count());
     }
 
     fn remove_member(&mut self, id: ReplicaId, now: Time) {

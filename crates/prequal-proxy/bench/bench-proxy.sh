@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Proxy overhead benchmark, in one run: wrk against a trivial backend directly, through
+# `prequal proxy` (once per policy in $POLICIES), and through HAProxy, all on 127.0.0.1.
+#
+# Two measurements per contender:
+#  1. latency at about 1000 rps: wrk with 10 connections, each pausing 10 ms between requests
+#     (wrk has no fixed-rate mode, so the rate is ~1000 rps minus the service time); p50 and p99
+#     minus the direct run's are the latency the proxy adds;
+#  2. the maximum rate: wrk flat out with $CONNS connections; requests served divided by the
+#     proxy process's CPU seconds (user + system, from /proc) over the run.
+#
+# Needs wrk and haproxy (`apt-get install -y wrk haproxy`; for the benchmark only, never for the
+# tests). Usage: crates/prequal-proxy/bench/bench-proxy.sh   (env: DURATION=15 CONNS=32
+# POLICIES="prequal round-robin")
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+
+DURATION=${DURATION:-15}
+CONNS=${CONNS:-32}
+POLICIES=${POLICIES:-"prequal round-robin"}
+TARGET=${CARGO_TARGET_DIR:-target}
+B1=19101 B2=19102 PROXY=19180 ADMIN=19190 HAPROXY=19181
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+for tool in wrk haproxy; do
+    command -v "$tool" >/dev/null || { echo "missing $tool: apt-get install -y wrk haproxy" >&2; exit 1; }
+done
+cargo build --release -q -p prequal -p prequal-proxy --example bench_backend
+
+wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
+start() { "$@" >"$WORK/log.$BASHPID.$RANDOM" 2>&1 & PIDS+=($!); LAST=$!; }
+
+start "$TARGET/release/examples/bench_backend" "127.0.0.1:$B1"
+start "$TARGET/release/examples/bench_backend" "127.0.0.1:$B2"
+wait_port $B1; wait_port $B2
+
+cat >"$WORK/pace.lua" <<'LUA'
+function delay() return 10 end
+LUA
+cat >"$WORK/haproxy.cfg" <<CFG
+global
+    maxconn 4096
+defaults
+    mode http
+    timeout connect 1s
+    timeout client 30s
+    timeout server 30s
+frontend fe
+    bind 127.0.0.1:$HAPROXY
+    default_backend be
+backend be
+    balance roundrobin
+    http-reuse always
+    server s1 127.0.0.1:$B1
+    server s2 127.0.0.1:$B2
+CFG
+
+# Prints "p50_us p99_us rps" from a paced wrk run.
+paced() {
+    local out
+    out=$(wrk -t1 -c10 -d"${DURATION}s" --latency -s "$WORK/pace.lua" "http://127.0.0.1:$1/")
+    echo "$out" | awk '
+        function us(v) { if (v ~ /us$/) return v+0; if (v ~ /ms$/) return v*1000; if (v ~ /s$/) return v*1000000; return v }
+        $1=="50%" {p50=us($2)} $1=="99%" {p99=us($2)} $1=="Requests/sec:" {rps=$2}
+        END {printf "%.0f %.0f %.0f\n", p50, p99, rps}'
+}
+
+# CPU ticks (user + system) of a process.
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# Prints "rps requests cpu_seconds" from a flat-out wrk run, CPU measured on pid $2.
+flat() {
+    local before after out reqs
+    before=$(ticks "$2")
+    out=$(wrk -t1 -c"$CONNS" -d"${DURATION}s" "http://127.0.0.1:$1/")
+    after=$(ticks "$2")
+    reqs=$(echo "$out" | awk '/requests in/ {print $1}')
+    echo "$out" | awk -v reqs="$reqs" -v t="$((after - before))" -v hz="$(getconf CLK_TCK)" '
+        $1=="Requests/sec:" {printf "%.0f %d %.2f\n", $2, reqs, t/hz}'
+}
+
+report() { # name port pid
+    read -r p50 p99 rps < <(paced "$2")
+    if [ "$1" = direct ]; then D50=$p50; D99=$p99; fi
+    if [ -n "$3" ]; then
+        read -r max reqs cpu < <(flat "$2" "$3")
+        per=$(awk -v r="$reqs" -v c="$cpu" 'BEGIN { if (c > 0) printf "%.0f", r / c; else print "n/a" }')
+    else
+        read -r max reqs cpu < <(flat "$2" "$$")
+        per="-"
+    fi
+    printf "| %-22s | %6s | %6s | %9s | %9s | %8s | %10s |\n" "$1" "$p50" "$p99" \
+        "$((p50 - D50))" "$((p99 - D99))" "$max" "$per"
+}
+
+echo "wrk paced ~1000 rps (10 conns x 10 ms think time) and flat out ($CONNS conns), ${DURATION}s each; $(nproc) cores"
+echo
+echo "| contender              | p50 us | p99 us | added p50 | added p99 | max rps | req per proxy CPU-s |"
+echo "|------------------------|--------|--------|-----------|-----------|---------|---------------------|"
+report direct $B1 ""
+for policy in $POLICIES; do
+    RUST_LOG=warn start "$TARGET/release/prequal" proxy --listen "127.0.0.1:$PROXY" \
+        --upstream "127.0.0.1:$B1" --upstream "127.0.0.1:$B2" --policy "$policy" \
+        --admin "127.0.0.1:$ADMIN"
+    pid=$LAST
+    wait_port $PROXY
+    report "prequal ($policy)" $PROXY "$pid"
+    kill "$pid"; wait "$pid" 2>/dev/null || true
+done
+start haproxy -db -f "$WORK/haproxy.cfg"
+pid=$LAST
+wait_port $HAPROXY
+report "haproxy $(haproxy -v | awk 'NR==1 {print $3}')" $HAPROXY "$pid"
