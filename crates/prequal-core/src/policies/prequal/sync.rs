@@ -209,10 +209,17 @@ impl Policy for PrequalSync {
         Config::INFO.name
     }
 
-    fn on_replica_change(&mut self, change: ReplicaChange, _now: Time) {
+    fn on_replica_change(&mut self, change: ReplicaChange, now: Time) {
         self.replicas.apply(change, ReplicaLoad::default);
         if let ReplicaChange::Remove(id) = change {
-            self.probes.retain(|p| p.replica != id);
+            // Probes not yet handed out to a departed replica will never be sent: count them
+            // as failed so their queries need not wait for the timeout.
+            let (dropped, kept): (Vec<_>, Vec<_>) =
+                self.probes.drain(..).partition(|p| p.replica == id);
+            self.probes = kept.into();
+            for probe in dropped {
+                self.on_probe_failure(&probe, now);
+            }
         }
     }
 
@@ -222,6 +229,7 @@ impl Policy for PrequalSync {
             return Pick::NoReplica;
         }
         if n == 1 {
+            self.replicas.at_mut(0).picks += 1;
             return Pick::Replica(self.replicas.id_at(0));
         }
         let d = (self.config.probes as usize).min(n);

@@ -170,3 +170,24 @@ fn avoided_replica_loses_to_a_slower_healthy_one() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn unsent_probes_to_a_departed_replica_count_as_failed() {
+    let mut p = sync_policy(2);
+    let mut rng = rng(7);
+    let query = Query {
+        id: QueryId(3),
+        hint: None,
+    };
+    assert_eq!(p.pick(&query, Time::ZERO, &mut rng), Pick::Pending);
+    // Both replicas are probed; one reply arrives, then the other replica leaves before its
+    // probe is handed out.
+    let first = p.poll_probe(Time::ZERO, &mut rng).expect("a probe");
+    p.on_probe_reply(&first, &report(1, 5), Time::ZERO, &mut rng);
+    assert_eq!(p.poll_pick(Time::ZERO, &mut rng), None);
+    let other = ReplicaId(1 - first.replica.0);
+    p.on_replica_change(ReplicaChange::Remove(other), Time::ZERO);
+    assert_eq!(p.poll_probe(Time::ZERO, &mut rng), None);
+    let decision = p.poll_pick(Time::ZERO, &mut rng);
+    assert_eq!(decision, Some((QueryId(3), Pick::Replica(first.replica))));
+}
