@@ -57,6 +57,10 @@ use crate::tracker::SharedTracker;
 /// Adjusts the reported load for a query hint (sync mode): `(hint, report) -> report`.
 pub type HintHook = Arc<dyn Fn(u64, LoadReport) -> LoadReport + Send + Sync>;
 
+/// Called once for every well-formed probe, before it is answered (for example to charge an
+/// emulated replica the probe's CPU cost).
+pub type ProbeHook = Arc<dyn Fn() + Send + Sync>;
+
 /// Builds [`ProbeService`]s that share one tracker. See the module docs.
 #[derive(Clone)]
 pub struct ProbeLayer {
@@ -67,6 +71,7 @@ struct LayerConfig {
     tracker: Arc<SharedTracker>,
     piggyback: bool,
     hint_hook: Option<HintHook>,
+    probe_hook: Option<ProbeHook>,
 }
 
 impl ProbeLayer {
@@ -77,6 +82,7 @@ impl ProbeLayer {
                 tracker,
                 piggyback: false,
                 hint_hook: None,
+                probe_hook: None,
             }),
         }
     }
@@ -92,6 +98,11 @@ impl ProbeLayer {
         self.map_config(|c| c.hint_hook = Some(hook))
     }
 
+    /// Sets the hook called for every well-formed probe (default: none).
+    pub fn probe_hook(self, hook: ProbeHook) -> Self {
+        self.map_config(|c| c.probe_hook = Some(hook))
+    }
+
     /// The tracker this layer feeds.
     pub fn tracker(&self) -> &Arc<SharedTracker> {
         &self.config.tracker
@@ -102,6 +113,7 @@ impl ProbeLayer {
             tracker: Arc::clone(&self.config.tracker),
             piggyback: self.config.piggyback,
             hint_hook: self.config.hint_hook.clone(),
+            probe_hook: self.config.probe_hook.clone(),
         };
         edit(&mut config);
         Self {
@@ -189,6 +201,9 @@ fn probe_reply(config: &LayerConfig, method: &Method, query: Option<&str>) -> (S
     }
     match protocol::parse_probe_query(query) {
         Ok(probe) => {
+            if let Some(hook) = &config.probe_hook {
+                hook();
+            }
             let mut report = config.tracker.report();
             if let (Some(hint), Some(hook)) = (probe.hint, &config.hint_hook) {
                 report = hook(hint, report);

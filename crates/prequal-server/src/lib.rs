@@ -19,7 +19,7 @@ pub mod serve;
 pub mod sidecar;
 pub mod tracker;
 
-pub use layer::{HintHook, ProbeLayer, ProbeService, TrackedBody};
+pub use layer::{HintHook, ProbeHook, ProbeLayer, ProbeService, TrackedBody};
 pub use serve::{BoxError, serve, shutdown_signal};
 pub use sidecar::{Forward, ProxyBody, UpstreamError};
 pub use tracker::{Clock, SharedTracker};

@@ -1,1 +1,8 @@
-//! The live testbed (being built).
+//! # prequal-testbed
+//!
+//! The live testbed: real processes on loopback that put balancing policies side by side.
+//!
+//! - [`backend`]: emulated replicas (`prequal backend`) driven by the simulator's server model,
+//!   so one scenario file describes the replicas in simulation and on the testbed.
+
+pub mod backend;

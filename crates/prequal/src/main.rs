@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 mod policies;
 mod proxy;
 mod sidecar;
+mod backend;
 
 /// prequal: a latency-aware load balancer, its simulator, and its testbed.
 #[derive(Parser, Debug)]
@@ -23,6 +24,8 @@ enum Command {
     Proxy(proxy::Args),
     /// Track one replica's load and answer probes in front of it (HTTP/1.1 and HTTP/2).
     Sidecar(sidecar::Args),
+    /// Emulated replicas on loopback ports, from a scenario's [servers] section or flags.
+    Backend(backend::Args),
 }
 
 fn main() -> Result<()> {
@@ -31,5 +34,6 @@ fn main() -> Result<()> {
         Command::Policies(args) => policies::run(&args),
         Command::Proxy(args) => proxy::run(&args),
         Command::Sidecar(args) => sidecar::run(&args),
+        Command::Backend(args) => backend::run(&args),
     }
 }

@@ -1,0 +1,250 @@
+//! `prequal backend`: emulated replicas on loopback ports, for live experiments.
+//!
+//! Each replica is an HTTP/1.1 + h2c server on its own port whose behaviour comes from the
+//! same sans-IO server model the simulator runs (`prequal_sim::model`), so one scenario file's
+//! `[servers]` section describes the replicas in both `prequal sim` and `prequal backend`:
+//!
+//! - **latency model** (`latency = { kind = "normal", mean = "167ms", sd = "5ms" }`, or a
+//!   replayed trace): each query waits a delay drawn from the distribution; concurrency is
+//!   unlimited;
+//! - **capacity model** (`[servers.capacity]`): each query is CPU work shared with the other
+//!   queries in flight on a virtual CPU (processor sharing), so latency grows with load and with
+//!   antagonists, without burning real CPU (see [`replica`]);
+//! - per-replica **speed** multipliers, and **episodes** at given times after the backend
+//!   started: slow by a factor, pinned latency, an error rate (answered `500`, optionally
+//!   fast), capacity loss.
+//!
+//! Every replica answers Prequal probes (`docs/probe-protocol.md`) from its own
+//! [`SharedTracker`], counts its requests in flight and latency like a real server would, and
+//! reports utilisation (capacity model: busy virtual cores over the allocation, refreshed every
+//! 100 ms). Responses name their replica in the `x-prequal-replica` header.
+
+pub mod replica;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use prequal_core::EstimatorConfig;
+use prequal_server::{Clock, ProbeLayer, SharedTracker, serve};
+use prequal_sim::model::{Distribution, ModelError, ReplicaModel, ServersSpec};
+use prequal_sim::scenario::Compiled;
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use replica::{EmulatedReplica, REPLICA_HEADER};
+
+/// What the backend emulates: the `[servers]` section, compiled, plus tracker settings.
+#[derive(Clone, Debug)]
+pub struct BackendSpec {
+    /// The replicas, as in a scenario's `[servers]` section (validated).
+    pub servers: ServersSpec,
+    /// The compiled latency (latency model) or query-cost (capacity model) distribution.
+    pub service: Distribution,
+    /// The replicas' load tracker settings.
+    pub estimator: EstimatorConfig,
+    /// Seed of the replicas' random choices.
+    pub seed: u64,
+}
+
+impl BackendSpec {
+    /// The backend part of a loaded scenario.
+    pub fn from_scenario(compiled: &Compiled) -> Self {
+        Self {
+            servers: compiled.scenario.servers.clone(),
+            service: compiled.service.clone(),
+            estimator: compiled.scenario.estimator,
+            seed: compiled.scenario.seed,
+        }
+    }
+
+    /// Validates `servers` and compiles its distribution (which may not be a trace file: use
+    /// a scenario file for traces, whose paths resolve against the file).
+    pub fn new(
+        servers: ServersSpec,
+        estimator: EstimatorConfig,
+        seed: u64,
+    ) -> Result<Self, BackendError> {
+        servers.validate()?;
+        estimator
+            .validate()
+            .map_err(|e| ModelError::invalid("estimator", e.to_string()))?;
+        let service = match (&servers.latency, &servers.capacity) {
+            (Some(latency), _) => latency.compile_pure("servers.latency")?,
+            (None, Some(capacity)) => capacity.cost.compile_pure("servers.capacity.cost")?,
+            (None, None) => {
+                return Err(ModelError::invalid(
+                    "servers",
+                    "needs a latency model or a capacity model",
+                )
+                .into());
+            }
+        };
+        Ok(Self {
+            servers,
+            service,
+            estimator,
+            seed,
+        })
+    }
+}
+
+/// Where the backend's replicas listen.
+#[derive(Clone, Copy, Debug)]
+pub struct Bind {
+    /// The address to listen on (default 127.0.0.1).
+    pub host: IpAddr,
+    /// Replica `i` listens on `base_port + i`; 0 lets the OS choose every port.
+    pub base_port: u16,
+    /// How many replicas to serve: indices `0..replicas` of the spec (at most its count).
+    pub replicas: u32,
+    /// On shutdown, how long open connections get to finish.
+    pub drain: Duration,
+    /// Whether responses carry the `prequal-load` header.
+    pub piggyback: bool,
+}
+
+/// The backend could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// The servers spec is invalid.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// More replicas were asked for than the spec describes, or none.
+    #[error(
+        "asked to serve {asked} replicas, but `servers.count` is {count} (expected 1..={count})"
+    )]
+    ReplicaCount {
+        /// Replicas asked for.
+        asked: u32,
+        /// Replicas in the spec.
+        count: u32,
+    },
+    /// The ports would run past 65535.
+    #[error("base port {base} + {replicas} replicas runs past port 65535")]
+    PortRange {
+        /// The base port.
+        base: u16,
+        /// Replicas asked for.
+        replicas: u32,
+    },
+    /// A listener could not be opened.
+    #[error("replica {index}: cannot listen on {addr}: {source}")]
+    Bind {
+        /// The replica.
+        index: u32,
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Running emulated replicas. Dropping it without [`Backend::shutdown`] stops them too.
+#[derive(Debug)]
+pub struct Backend {
+    replicas: Vec<(Arc<EmulatedReplica>, SocketAddr)>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Backend {
+    /// Opens every listener, then starts the replicas; their time zero is now.
+    pub async fn start(spec: &BackendSpec, bind: Bind) -> Result<Backend, BackendError> {
+        let count = spec.servers.count;
+        if bind.replicas == 0 || bind.replicas > count {
+            return Err(BackendError::ReplicaCount {
+                asked: bind.replicas,
+                count,
+            });
+        }
+        let listeners = open_listeners(bind).await?;
+        let clock = Clock::new();
+        let (stop, stopped) = watch::channel(false);
+        let mut replicas = Vec::new();
+        let mut tasks = Vec::new();
+        for (index, listener, addr) in listeners {
+            let replica = Arc::new(build_replica(spec, index, clock));
+            tasks.push(tokio::spawn(Arc::clone(&replica).drive(stopped.clone())));
+            let charge = Arc::clone(&replica);
+            let layer = ProbeLayer::new(Arc::clone(replica.tracker()))
+                .piggyback(bind.piggyback)
+                .probe_hook(Arc::new(move || charge.charge_probe()));
+            let service = tower::ServiceBuilder::new()
+                .layer(layer)
+                .service(replica::service(Arc::clone(&replica)));
+            let mut stopped = stopped.clone();
+            let shutdown = async move {
+                let _ = stopped.changed().await;
+            };
+            tasks.push(tokio::spawn(serve(listener, service, shutdown, bind.drain)));
+            replicas.push((replica, addr));
+        }
+        Ok(Backend {
+            replicas,
+            stop,
+            tasks,
+        })
+    }
+
+    /// The address of each served replica, in index order.
+    pub fn addrs(&self) -> Vec<SocketAddr> {
+        self.replicas.iter().map(|(_, addr)| *addr).collect()
+    }
+
+    /// The served replicas, in index order.
+    pub fn replicas(&self) -> impl Iterator<Item = &Arc<EmulatedReplica>> {
+        self.replicas.iter().map(|(replica, _)| replica)
+    }
+
+    /// Stops accepting, lets open connections drain (up to [`Bind::drain`]), and waits for
+    /// every task.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+async fn open_listeners(bind: Bind) -> Result<Vec<(u32, TcpListener, SocketAddr)>, BackendError> {
+    let mut out = Vec::new();
+    for index in 0..bind.replicas {
+        let port = if bind.base_port == 0 {
+            0
+        } else {
+            u16::try_from(u32::from(bind.base_port) + index).map_err(|_| {
+                BackendError::PortRange {
+                    base: bind.base_port,
+                    replicas: bind.replicas,
+                }
+            })?
+        };
+        let addr = SocketAddr::new(bind.host, port);
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| BackendError::Bind {
+                index,
+                addr,
+                source,
+            })?;
+        let local = listener.local_addr().unwrap_or(addr);
+        out.push((index, listener, local));
+    }
+    Ok(out)
+}
+
+/// Replica `index` of `spec`, with its own deterministic random stream.
+fn build_replica(spec: &BackendSpec, index: u32, clock: Clock) -> EmulatedReplica {
+    // Distinct, reproducible seeds per replica (the constant is 2^64 / golden ratio).
+    let seed = spec
+        .seed
+        .wrapping_add(u64::from(index).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let model = ReplicaModel::new(&spec.servers, index, spec.service.clone(), &mut rng);
+    let tracker = Arc::new(SharedTracker::with_clock(spec.estimator, clock));
+    EmulatedReplica::new(index, model, seed ^ 1, clock, tracker)
+}

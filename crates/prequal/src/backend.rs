@@ -1,0 +1,203 @@
+//! `prequal backend`: the testbed's emulated replicas, from a scenario file or from flags.
+//!
+//! `prequal backend --scenario scenarios/beyond-round-robin.toml --base-port 9000` serves every
+//! replica of the scenario's `[servers]` section on ports 9000, 9001, ...; without a scenario,
+//! flags describe the replicas (`--replicas 3 --latency 10ms`). Distributions, speed entries and
+//! episodes given as flags use the scenario file's TOML syntax, inline. The process prints one
+//! line per replica (`replica 0 127.0.0.1:9000`) once all listen, and exits on SIGINT/SIGTERM
+//! or after `--duration`.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use prequal_core::EstimatorConfig;
+use prequal_server::shutdown_signal;
+use prequal_sim::model::{CapacitySpec, DistSpec, EpisodeSpec, ServersSpec, SpeedSpec};
+use prequal_sim::scenario::Scenario;
+use prequal_testbed::backend::{Backend, BackendSpec, Bind};
+use serde::de::DeserializeOwned;
+
+/// Arguments of `prequal backend`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Scenario file whose `[servers]` (and `[estimator]`, `seed`) section describes the replicas.
+    #[arg(long, conflicts_with_all = ["latency", "cost"])]
+    scenario: Option<PathBuf>,
+    /// Multiply the scenario's episode times by this factor (as `prequal sim` does).
+    #[arg(long, default_value_t = 1.0, requires = "scenario")]
+    time_scale: f64,
+    /// Replicas to serve: indices 0..N (default: all of the scenario's, or 1 with flags).
+    #[arg(long)]
+    replicas: Option<u32>,
+    /// Replica i listens on BASE_PORT + i; 0 lets the OS choose each port.
+    #[arg(long, default_value_t = 0)]
+    base_port: u16,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: IpAddr,
+    /// Latency model: a duration (`10ms`, constant) or an inline distribution,
+    /// e.g. '{ kind = "normal", mean = "167ms", sd = "5ms" }'.
+    #[arg(long, conflicts_with = "cost")]
+    latency: Option<String>,
+    /// Capacity model: CPU work per query, a duration or an inline distribution.
+    #[arg(long)]
+    cost: Option<String>,
+    /// Capacity model: guaranteed cores per replica.
+    #[arg(long, default_value_t = 1.0, requires = "cost")]
+    cores: f64,
+    /// Speed multiplier, inline: '{ servers = [2], factor = 0.5 }'. Repeatable.
+    #[arg(long)]
+    speed: Vec<String>,
+    /// Episode, inline: '{ servers = [0], start = "10s", end = "20s", slow = 4.0 }'. Repeatable.
+    #[arg(long)]
+    episode: Vec<String>,
+    /// Seed of the replicas' random choices (flags mode; a scenario has its own).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Stop after this long (default: run until SIGINT/SIGTERM).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    duration: Option<Duration>,
+    /// On shutdown, how long open connections get to finish.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    drain: Duration,
+    /// Add the `prequal-load` header to every response.
+    #[arg(long)]
+    piggyback: bool,
+}
+
+/// Runs the backend until a signal or `--duration`.
+pub fn run(args: &Args) -> Result<()> {
+    let spec = spec_from_args(args)?;
+    let bind = Bind {
+        host: args.host,
+        base_port: args.base_port,
+        replicas: args.replicas.unwrap_or(spec.servers.count),
+        drain: args.drain,
+        piggyback: args.piggyback,
+    };
+    let runtime = tokio::runtime::Runtime::new().context("prequal backend: starting tokio")?;
+    runtime.block_on(async {
+        let backend = Backend::start(&spec, bind)
+            .await
+            .context("prequal backend")?;
+        for (index, addr) in backend.addrs().iter().enumerate() {
+            println!("replica {index} {addr}");
+        }
+        let stop_after = async {
+            match args.duration {
+                Some(duration) => tokio::time::sleep(duration).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = shutdown_signal() => {}
+            () = stop_after => {}
+        }
+        backend.shutdown().await;
+        Ok(())
+    })
+}
+
+fn spec_from_args(args: &Args) -> Result<BackendSpec> {
+    if let Some(path) = &args.scenario {
+        if !(args.time_scale.is_finite() && args.time_scale > 0.0) {
+            bail!(
+                "--time-scale must be a number above 0, got {}",
+                args.time_scale
+            );
+        }
+        let mut compiled = Scenario::load(path)?;
+        if args.time_scale != 1.0 {
+            let mut scenario = compiled.scenario.clone();
+            scenario.scale_time(args.time_scale);
+            let base = path.parent().unwrap_or(std::path::Path::new("."));
+            compiled = scenario
+                .compile(base)
+                .with_context(|| format!("{}", path.display()))?;
+        }
+        return Ok(BackendSpec::from_scenario(&compiled));
+    }
+    let count = args.replicas.unwrap_or(1);
+    let (latency, capacity) = match (&args.latency, &args.cost) {
+        (Some(latency), None) => (Some(parse_dist("--latency", latency)?), None),
+        (None, Some(cost)) => {
+            let capacity = CapacitySpec {
+                cost: parse_dist("--cost", cost)?,
+                allocation_cores: args.cores,
+                machine_cores: None,
+                per_query_cores: 1.0,
+                antagonist: None,
+            };
+            (None, Some(capacity))
+        }
+        _ => bail!("prequal backend needs --scenario FILE, or --latency or --cost"),
+    };
+    let speed = args
+        .speed
+        .iter()
+        .map(|s| parse_inline::<SpeedSpec>("--speed", s))
+        .collect::<Result<_>>()?;
+    let episodes = args
+        .episode
+        .iter()
+        .map(|e| parse_inline::<EpisodeSpec>("--episode", e))
+        .collect::<Result<_>>()?;
+    let servers = ServersSpec {
+        count,
+        latency,
+        capacity,
+        probe_cost: None,
+        speed,
+        episodes,
+    };
+    BackendSpec::new(servers, EstimatorConfig::default(), args.seed).context("prequal backend")
+}
+
+/// A duration (`10ms`, a constant) or an inline distribution table.
+fn parse_dist(flag: &str, text: &str) -> Result<DistSpec> {
+    if let Ok(value) = humantime::parse_duration(text.trim()) {
+        return Ok(DistSpec::Constant { value });
+    }
+    parse_inline(flag, text)
+}
+
+/// An inline TOML table, e.g. `{ servers = [1], factor = 0.5 }`.
+fn parse_inline<T: DeserializeOwned>(flag: &str, text: &str) -> Result<T> {
+    #[derive(serde::Deserialize)]
+    struct Holder<T> {
+        value: T,
+    }
+    let holder: Holder<T> = toml::from_str(&format!("value = {text}"))
+        .with_context(|| format!("{flag} {text:?}: expected an inline TOML table"))?;
+    Ok(holder.value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inline_flags_parse() {
+        assert_eq!(
+            parse_dist("--latency", "10ms").unwrap(),
+            DistSpec::Constant {
+                value: Duration::from_millis(10)
+            }
+        );
+        let normal = parse_dist(
+            "--latency",
+            r#"{ kind = "normal", mean = "1ms", sd = "0s" }"#,
+        );
+        assert!(matches!(normal, Ok(DistSpec::Normal { .. })));
+        let episode: EpisodeSpec = parse_inline(
+            "--episode",
+            r#"{ servers = [0], start = "1s", end = "2s", slow = 3.0 }"#,
+        )
+        .unwrap();
+        assert_eq!(episode.slow, Some(3.0));
+        let err = parse_inline::<SpeedSpec>("--speed", "{ servers = [0], factr = 2 }");
+        assert!(format!("{:#}", err.unwrap_err()).contains("factr"));
+    }
+}
