@@ -12,12 +12,13 @@ use http::Version;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 /// Headers that are always hop-by-hop.
-const HOP_BY_HOP: [HeaderName; 7] = [
+/// (`Trailer` is not among them: it describes the message, and HTTP/1.1 senders need it to
+/// forward trailers.)
+const HOP_BY_HOP: [HeaderName; 6] = [
     header::CONNECTION,
     header::PROXY_AUTHENTICATE,
     header::PROXY_AUTHORIZATION,
     header::TE,
-    header::TRAILER,
     header::TRANSFER_ENCODING,
     header::UPGRADE,
 ];

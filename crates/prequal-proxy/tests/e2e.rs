@@ -270,3 +270,23 @@ async fn admin_views(proto: Proto) {
     assert_eq!(get(&admin, proxy.admin, "/clusters/nope").await.0, 404);
 }
 over_h1_and_h2!(admin_serves_metrics_health_and_cluster_views, admin_views);
+
+async fn trailers_pass_through(proto: Proto) {
+    let backend = Backend::start().await;
+    let proxy = start_proxy(&config_text(&[&backend], proto, "\"round-robin\"", "")).await;
+    let client = client(proto);
+    let request = http::Request::post(format!("http://{}/trailers", proxy.addr))
+        .header("te", "trailers")
+        .header("content-type", "application/grpc")
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    let response = client.request(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let collected = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap();
+    let trailers = collected.trailers().cloned().expect("trailers arrived");
+    assert_eq!(trailers["grpc-status"], "0");
+    assert_eq!(&collected.to_bytes()[..], b"payload");
+}
+over_h1_and_h2!(grpc_style_trailers_pass_through, trailers_pass_through);

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -130,7 +130,7 @@ struct BackendState {
 }
 
 impl BackendState {
-    async fn answer(self, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    async fn answer(self, req: Request<Incoming>) -> Result<Response<TestBody>, Infallible> {
         let delay = Duration::from_millis(self.delay_ms.load(Ordering::SeqCst));
         if req.uri().path() == PROBE_PATH {
             // RIF from the counter; the latency estimate is the configured delay.
@@ -139,7 +139,22 @@ impl BackendState {
                 latency: delay,
                 ..LoadReport::default()
             };
-            return Ok(Response::new(Full::new(Bytes::from(encode_reply(&report)))));
+            return Ok(Response::new(TestBody::text(encode_reply(&report))));
+        }
+        if req.uri().path() == "/trailers" {
+            // A gRPC-style answer: data, then the status in trailers.
+            let mut trailers = HeaderMap::new();
+            trailers.insert("grpc-status", HeaderValue::from_static("0"));
+            let body = TestBody {
+                data: Some(Bytes::from_static(b"payload")),
+                trailers: Some(trailers),
+            };
+            let mut response = Response::new(body);
+            // HTTP/1.1 senders only forward trailers that the head announces.
+            response
+                .headers_mut()
+                .insert("trailer", HeaderValue::from_static("grpc-status"));
+            return Ok(response);
         }
         self.hits.fetch_add(1, Ordering::SeqCst);
         self.in_flight.fetch_add(1, Ordering::SeqCst);
@@ -147,9 +162,44 @@ impl BackendState {
         tokio::time::sleep(delay).await;
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
         let status = StatusCode::from_u16(self.status.load(Ordering::SeqCst)).unwrap();
-        let mut response = Response::new(Full::new(Bytes::from_static(b"ok")));
+        let mut response = Response::new(TestBody::text("ok"));
         *response.status_mut() = status;
         Ok(response)
+    }
+}
+
+/// A body of one data frame and optional trailers.
+pub struct TestBody {
+    data: Option<Bytes>,
+    trailers: Option<HeaderMap>,
+}
+
+impl TestBody {
+    fn text(text: impl Into<Bytes>) -> Self {
+        TestBody {
+            data: Some(text.into()),
+            trailers: None,
+        }
+    }
+}
+
+impl http_body::Body for TestBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        let frame = match self.data.take() {
+            Some(data) => Some(http_body::Frame::data(data)),
+            None => self.trailers.take().map(http_body::Frame::trailers),
+        };
+        std::task::Poll::Ready(frame.map(Ok))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.data.is_none() && self.trailers.is_none()
     }
 }
 
