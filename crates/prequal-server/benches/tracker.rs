@@ -47,6 +47,9 @@ fn uncontended(c: &mut Criterion) {
     });
 }
 
+/// A way of recording one request.
+type OneRequest = fn(&SharedTracker);
+
 /// One request as `ProbeLayer` records it: reading the clock at arrival and at finish.
 fn request_real_clock(tracker: &SharedTracker) {
     let a = tracker.on_arrival();
@@ -69,7 +72,7 @@ fn request_time_given(tracker: &SharedTracker) {
 /// other contends.
 fn contended(c: &mut Criterion) {
     let tracker = Arc::new(warmed());
-    let cases: [(&str, fn(&SharedTracker)); 2] = [
+    let cases: [(&str, OneRequest); 2] = [
         (
             "tracker/arrival+finish, 2 threads contending (real clock)",
             request_real_clock,

@@ -1,0 +1,245 @@
+//! End-to-end tests of the emulated backend over real loopback sockets, each run over
+//! HTTP/1.1 and HTTP/2. Timing is only ever used as a lower bound the emulation guarantees
+//! (a timer never fires early), never as an upper bound on how fast the machine is.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, StatusCode, Version};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use prequal_core::{EstimatorConfig, LoadReport, Time};
+use prequal_server::protocol;
+use prequal_sim::model::ServersSpec;
+use prequal_testbed::backend::{Backend, BackendSpec, Bind, REPLICA_HEADER};
+
+const BOUND: Duration = Duration::from_secs(20);
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Proto {
+    Http1,
+    Http2,
+}
+
+type TestClient = Client<HttpConnector, Full<Bytes>>;
+
+fn client(proto: Proto) -> TestClient {
+    let mut builder = Client::builder(TokioExecutor::new());
+    builder.http2_only(proto == Proto::Http2);
+    builder.build(HttpConnector::new())
+}
+
+async fn get(
+    client: &TestClient,
+    proto: Proto,
+    addr: SocketAddr,
+    path: &str,
+) -> (StatusCode, http::HeaderMap, Bytes) {
+    let version = if proto == Proto::Http2 {
+        Version::HTTP_2
+    } else {
+        Version::HTTP_11
+    };
+    let request = Request::get(format!("http://{addr}{path}"))
+        .version(version)
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = tokio::time::timeout(BOUND, client.request(request))
+        .await
+        .unwrap()
+        .unwrap();
+    let (parts, body) = response.into_parts();
+    let body = tokio::time::timeout(BOUND, body.collect())
+        .await
+        .unwrap()
+        .unwrap()
+        .to_bytes();
+    (parts.status, parts.headers, body)
+}
+
+async fn probe(client: &TestClient, proto: Proto, addr: SocketAddr) -> LoadReport {
+    let (status, _, body) = get(client, proto, addr, &protocol::probe_path_and_query(None)).await;
+    assert_eq!(status, StatusCode::OK);
+    protocol::parse_reply(&body).unwrap()
+}
+
+async fn start(servers: &str, replicas: u32) -> Backend {
+    let servers: ServersSpec = toml::from_str(servers).unwrap();
+    let spec = BackendSpec::new(servers, EstimatorConfig::default(), 7).unwrap();
+    let bind = Bind {
+        host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        base_port: 0,
+        replicas,
+        drain: Duration::from_millis(200),
+        piggyback: false,
+    };
+    Backend::start(&spec, bind).await.unwrap()
+}
+
+macro_rules! both_protocols {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn http1() {
+                super::$name(super::Proto::Http1).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn http2() {
+                super::$name(super::Proto::Http2).await;
+            }
+        }
+    };
+}
+
+/// Slow episode on replica 0: 2 ms queries become 40 ms from 300 ms after the start. Probe
+/// replies must report at least 40 ms within 16 completions (the estimator's `min_samples`)
+/// of the episode's start.
+async fn slow_episode_shows_in_probe_replies(proto: Proto) {
+    let backend = start(
+        r#"count = 2
+           latency = { kind = "constant", value = "2ms" }
+           [[episodes]]
+           servers = [0]
+           start = "300ms"
+           end = "1h"
+           slow = 20.0"#,
+        2,
+    )
+    .await;
+    let addr = backend.addrs()[0];
+    let tracker = std::sync::Arc::clone(backend.replicas().next().unwrap().tracker());
+    let client = client(proto);
+    for _ in 0..20 {
+        let (status, headers, _) = get(&client, proto, addr, "/q").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(headers.get(REPLICA_HEADER).unwrap(), "0");
+    }
+    let before = probe(&client, proto, addr).await;
+    if tracker.clock().now() < Time::from_millis(300) {
+        // Only meaningful if the machine was quick enough to finish before the episode.
+        assert!(before.latency < Duration::from_millis(40), "{before:?}");
+    }
+    // Wait for the episode (sleeps never return early, and the backend's clock started
+    // before `start` returned).
+    while tracker.clock().now() < Time::from_millis(300) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut completions = 0;
+    let report = loop {
+        get(&client, proto, addr, "/q").await;
+        completions += 1;
+        let report = probe(&client, proto, addr).await;
+        if report.latency >= Duration::from_millis(40) || completions >= 40 {
+            break report;
+        }
+    };
+    assert!(report.latency >= Duration::from_millis(40), "{report:?}");
+    eprintln!("slow episode visible after {completions} completions");
+    assert!(completions <= 16, "took {completions} completions");
+    backend.shutdown().await;
+}
+both_protocols!(slow_episode_shows_in_probe_replies);
+
+/// Capacity model: four 100 ms queries on one virtual core share it, so each takes at least
+/// 400 ms; meanwhile probes report RIF 4 and full utilisation.
+async fn capacity_model_shares_the_cpu(proto: Proto) {
+    let backend = start(
+        r#"count = 1
+           [capacity]
+           cost = { kind = "constant", value = "100ms" }
+           allocation_cores = 1.0"#,
+        1,
+    )
+    .await;
+    let addr = backend.addrs()[0];
+    let client = client(proto);
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let start = Instant::now();
+                let (status, _, _) = get(&client, proto, addr, "/work").await;
+                (status, start.elapsed())
+            })
+        })
+        .collect();
+    let mut busiest = LoadReport::default();
+    let deadline = Instant::now() + BOUND;
+    while Instant::now() < deadline {
+        let report = probe(&client, proto, addr).await;
+        if report.rif == 4 && report.utilization.is_some_and(|u| u >= 0.9) {
+            busiest = report;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(busiest.rif, 4, "{busiest:?}");
+    for task in tasks {
+        let (status, elapsed) = task.await.unwrap();
+        assert_eq!(status, StatusCode::OK);
+        // Processor sharing: all four finish together after 4 x 100 ms of work (1 ms slack
+        // for the model's rounding).
+        assert!(elapsed >= Duration::from_millis(399), "{elapsed:?}");
+    }
+    backend.shutdown().await;
+}
+both_protocols!(capacity_model_shares_the_cpu);
+
+/// An error episode answers 500 and shows in the probe's error rate; a speed multiplier
+/// slows its replica.
+async fn error_episode_and_speed(proto: Proto) {
+    let backend = start(
+        r#"count = 2
+           latency = { kind = "constant", value = "20ms" }
+           [[speed]]
+           servers = [1]
+           factor = 0.5
+           [[episodes]]
+           servers = [0]
+           start = "0s"
+           end = "1h"
+           error_rate = 1.0
+           error_latency = "1ms""#,
+        2,
+    )
+    .await;
+    let (failing, slow) = (backend.addrs()[0], backend.addrs()[1]);
+    let client = client(proto);
+    for _ in 0..3 {
+        assert_eq!(
+            get(&client, proto, failing, "/").await.0,
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+    }
+    let report = probe(&client, proto, failing).await;
+    assert_eq!(report.error_rate, Some(1.0));
+    let start = Instant::now();
+    assert_eq!(get(&client, proto, slow, "/").await.0, StatusCode::OK);
+    assert!(
+        start.elapsed() >= Duration::from_millis(40),
+        "half speed doubles 20 ms"
+    );
+    backend.shutdown().await;
+}
+both_protocols!(error_episode_and_speed);
+
+#[tokio::test]
+async fn asking_for_more_replicas_than_the_spec_is_an_error() {
+    let servers: ServersSpec =
+        toml::from_str("count = 2\nlatency = { kind = \"constant\", value = \"1ms\" }").unwrap();
+    let spec = BackendSpec::new(servers, EstimatorConfig::default(), 1).unwrap();
+    let bind = Bind {
+        host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        base_port: 0,
+        replicas: 3,
+        drain: Duration::ZERO,
+        piggyback: false,
+    };
+    let err = Backend::start(&spec, bind).await.unwrap_err();
+    assert!(err.to_string().contains("servers.count"), "{err}");
+}
