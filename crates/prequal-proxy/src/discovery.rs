@@ -6,8 +6,8 @@
 //! - **DNS** (`upstreams_dns`): the name re-resolved every `discovery_interval`; each address
 //!   it resolves to is a replica.
 //!
-//! A file that cannot be read, or a name that does not resolve, keeps the last good list (and
-//! logs why): losing every replica because of one failed lookup would be worse than serving
+//! A file that cannot be read or lists no replica, or a name that does not resolve, keeps the
+//! last good list (and logs why): losing every replica because of one failed lookup would be worse than serving
 //! from a list a few seconds old. The watcher tasks hold a weak reference and end when the
 //! cluster is dropped after a reload. Kubernetes endpoints are not implemented.
 
@@ -60,7 +60,13 @@ fn poll_file(cluster: &Cluster, path: &Path, last: &mut Option<Stamp>) {
     }
     match std::fs::read_to_string(path) {
         Ok(text) => {
-            cluster.set_members(&parse_list(&text));
+            let list = parse_list(&text);
+            if list.is_empty() {
+                // Most likely a file caught half-written; an empty cluster is never useful.
+                tracing::warn!(cluster = cluster.name(), path = %path.display(), "replica file lists no replica; keeping the last list");
+                return;
+            }
+            cluster.set_members(&list);
             *last = Some(stamp);
         }
         Err(error) => {

@@ -96,10 +96,17 @@ pub async fn forward(
             true => empty(),
             false => body.take().unwrap_or_else(empty),
         };
-        let Some(upstream) = upstream_request(&parts, &chosen, cluster.version(), try_body) else {
+        let can_retry = replayable && attempt < config.max_attempts;
+        // The last possible try takes the headers instead of copying them.
+        let headers = match can_retry {
+            true => parts.headers.clone(),
+            false => std::mem::take(&mut parts.headers),
+        };
+        let Some(upstream) =
+            upstream_request(&parts, headers, &chosen, cluster.version(), try_body)
+        else {
             return local_response(StatusCode::BAD_REQUEST, "request target not forwardable\n");
         };
-        let can_retry = replayable && attempt < config.max_attempts;
         let step = one_try(cluster, chosen, upstream, deadline).await;
         let retry = match &step {
             Step::Done(_) => false,
@@ -199,6 +206,7 @@ async fn one_try(
 /// The request for one try: same method, path, headers; URI pointed at the replica.
 fn upstream_request(
     parts: &http::request::Parts,
+    headers: http::HeaderMap,
     chosen: &Chosen,
     version: http::Version,
     body: ProxyBody,
@@ -218,6 +226,6 @@ fn upstream_request(
     *request.method_mut() = parts.method.clone();
     *request.uri_mut() = uri;
     *request.version_mut() = version;
-    *request.headers_mut() = parts.headers.clone();
+    *request.headers_mut() = headers;
     Some(request)
 }

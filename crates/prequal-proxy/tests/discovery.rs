@@ -19,6 +19,13 @@ fn file_config(path: &std::path::Path, proto: Proto, extra: &str) -> String {
     )
 }
 
+/// Writes then renames, as a deployment tool should, so the watcher never sees half a file.
+fn write_atomically(path: &std::path::Path, text: String) {
+    let staging = path.with_extension("new");
+    std::fs::write(&staging, text).unwrap();
+    std::fs::rename(&staging, path).unwrap();
+}
+
 fn temp_path(name: &str) -> std::path::PathBuf {
     let unique = format!("prequal-proxy-{name}-{}", std::process::id());
     std::env::temp_dir().join(unique)
@@ -31,7 +38,7 @@ async fn file_discovery_and_slow_start(proto: Proto) {
         Backend::start().await,
     );
     let path = temp_path(&format!("replicas-{proto:?}"));
-    std::fs::write(&path, format!("# test replicas\n{}\n{}\n", a.addr, b.addr)).unwrap();
+    write_atomically(&path, format!("# test replicas\n{}\n{}\n", a.addr, b.addr));
     let extra = "slow_start = { window = \"60s\", min_weight = 0.1 }";
     let proxy = start_proxy(&file_config(&path, proto, extra)).await;
     let admin = client(Proto::H1);
@@ -40,7 +47,7 @@ async fn file_discovery_and_slow_start(proto: Proto) {
     assert_eq!(a.hits() + b.hits(), 20);
     assert_eq!(c.hits(), 0);
     // C joins; the watcher sees the file change within a few intervals.
-    std::fs::write(&path, format!("{}\n{}\n{}\n", a.addr, b.addr, c.addr)).unwrap();
+    write_atomically(&path, format!("{}\n{}\n{}\n", a.addr, b.addr, c.addr));
     let mut seen = false;
     for _ in 0..200 {
         let view = get(&admin, proxy.admin, "/clusters/test").await.1;
@@ -59,7 +66,7 @@ async fn file_discovery_and_slow_start(proto: Proto) {
     // Round robin alone would give it 100; ramping from 10% it gets about a tenth of that.
     assert!(new > 0 && new < 40, "ramping replica got {new} of 300");
     // A removes itself from the file: no more traffic to it.
-    std::fs::write(&path, format!("{}\n{}\n", b.addr, c.addr)).unwrap();
+    write_atomically(&path, format!("{}\n{}\n", b.addr, c.addr));
     for _ in 0..200 {
         let view = get(&admin, proxy.admin, "/clusters/test").await.1;
         if !view.contains(&a.addr.to_string()) {
