@@ -91,7 +91,7 @@ pub const ERROR_THRESHOLD_DOC: ParamDoc = ParamDoc {
 pub const ERROR_DECAY_DOC: ParamDoc = ParamDoc {
     key: "error_decay",
     default: "\"5s\"",
-    doc: "time constant of the error-share decay, > 0; an avoided replica recovers in a few",
+    doc: "time constant of the error-share decay, > 0; an avoided replica recovers within a few time constants",
 };
 
 /// The probing, pool and removal parameters common to every async probing policy.
