@@ -6,5 +6,7 @@
 pub mod engine;
 pub mod metrics;
 pub mod model;
+pub mod plot;
 pub mod queue;
+pub mod report;
 pub mod scenario;

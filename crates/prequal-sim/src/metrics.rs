@@ -317,6 +317,7 @@ impl Recorder {
                 .collect(),
             rif: Quantiles::of(&self.rif, 1.0),
             utilization: self.util.as_ref().map(|h| Quantiles::of(h, 0.01)),
+            latency_curve: curve(&self.overall.hist),
         }
     }
 }
@@ -359,4 +360,22 @@ pub struct Measured {
     pub rif: Quantiles,
     /// Replica utilisation per second (share of allocation), capacity model only.
     pub utilization: Option<Quantiles>,
+    /// Latency (ms) at percentiles spaced evenly on a log scale of 1/(1-p), up to p99.99:
+    /// the data of the latency-against-percentile plot.
+    pub latency_curve: Vec<(f64, f64)>,
+}
+
+/// Percentiles `100·(1 − 10^(−k/8))` for k = 0..=32: 0, 25, 43.8, ..., 99.99.
+fn curve(h: &Histogram<u64>) -> Vec<(f64, f64)> {
+    if h.is_empty() {
+        return Vec::new();
+    }
+    (0..=32)
+        .map(|k| {
+            let q = 1.0 - 10f64.powf(-f64::from(k) / 8.0);
+            let pct = (q * 1e6).round() / 1e4;
+            let ms = h.value_at_quantile(q) as f64 / 1e3;
+            (pct, (ms * 1e3).round() / 1e3)
+        })
+        .collect()
 }

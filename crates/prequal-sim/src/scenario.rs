@@ -265,6 +265,16 @@ fn bad(key: impl Into<String>, message: impl Into<String>) -> ModelError {
 impl Scenario {
     /// Parses and validates TOML text; `path` labels errors and anchors trace files.
     pub fn parse(text: &str, path: &Path) -> Result<Compiled, ScenarioError> {
+        Self::parse_adjusted(text, path, |_| {})
+    }
+
+    /// Like [`Scenario::parse`], with a chance to change the scenario (seed, time scale)
+    /// before it is validated and compiled.
+    pub fn parse_adjusted(
+        text: &str,
+        path: &Path,
+        adjust: impl FnOnce(&mut Scenario),
+    ) -> Result<Compiled, ScenarioError> {
         let label = path.display().to_string();
         let mut scenario: Scenario = toml::from_str(text).map_err(|e| ScenarioError::Parse {
             path: label.clone(),
@@ -275,6 +285,7 @@ impl Scenario {
                 .file_stem()
                 .map_or_else(|| "scenario".into(), |s| s.to_string_lossy().into_owned());
         }
+        adjust(&mut scenario);
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         scenario
             .compile(&base)
@@ -286,11 +297,19 @@ impl Scenario {
 
     /// Reads, parses and validates a scenario file.
     pub fn load(path: &Path) -> Result<Compiled, ScenarioError> {
+        Self::load_adjusted(path, |_| {})
+    }
+
+    /// Reads a scenario file, lets `adjust` change it, then validates and compiles it.
+    pub fn load_adjusted(
+        path: &Path,
+        adjust: impl FnOnce(&mut Scenario),
+    ) -> Result<Compiled, ScenarioError> {
         let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io {
             path: path.display().to_string(),
             source,
         })?;
-        Self::parse(&text, path)
+        Self::parse_adjusted(&text, path, adjust)
     }
 
     /// Validates and compiles, resolving trace files against `base`.
@@ -362,7 +381,7 @@ impl Scenario {
                     ));
                 }
             }
-            if s.param.is_some() != !s.values.is_empty() {
+            if s.param.is_some() == s.values.is_empty() {
                 return Err(bad(
                     "sweep.values",
                     "set both `param` and a non-empty `values`",
@@ -465,9 +484,13 @@ impl Scenario {
     }
 
     /// Scales every time in the schedule and the episodes by `factor` (for short demo and
-    /// test runs); rates are unchanged.
+    /// test runs); rates are unchanged. A factor that is not a finite number above zero leaves
+    /// the scenario as it is (callers validate user input first).
     pub fn scale_time(&mut self, factor: f64) {
-        let f = |d: Duration| d.mul_f64(factor);
+        if !(factor.is_finite() && factor > 0.0) {
+            return;
+        }
+        let f = |d: Duration| Duration::try_from_secs_f64(d.as_secs_f64() * factor).unwrap_or(d);
         for s in &mut self.load.steps {
             s.duration = f(s.duration);
         }

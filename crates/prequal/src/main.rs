@@ -3,10 +3,12 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod demo;
 mod policies;
 mod proxy;
 mod sidecar;
 mod backend;
+mod sim;
 
 /// prequal: a latency-aware load balancer, its simulator, and its testbed.
 #[derive(Parser, Debug)]
@@ -22,6 +24,10 @@ enum Command {
     Policies(policies::Args),
     /// Run the load-balancing proxy (HTTP/1.1 and HTTP/2) from a config file or flags.
     Proxy(proxy::Args),
+    /// Run a scenario in the discrete-event simulator (virtual time) and write a report.
+    Sim(sim::Args),
+    /// The Beyond Round Robin comparison in about a minute (simulated until the testbed lands).
+    Demo(demo::Args),
     /// Track one replica's load and answer probes in front of it (HTTP/1.1 and HTTP/2).
     Sidecar(sidecar::Args),
     /// Emulated replicas on loopback ports, from a scenario's [servers] section or flags.
@@ -33,6 +39,8 @@ fn main() -> Result<()> {
     match cli.command {
         Command::Policies(args) => policies::run(&args),
         Command::Proxy(args) => proxy::run(&args),
+        Command::Sim(args) => sim::run(&args),
+        Command::Demo(args) => demo::run(&args),
         Command::Sidecar(args) => sidecar::run(&args),
         Command::Backend(args) => backend::run(&args),
     }

@@ -34,7 +34,8 @@ pub(super) struct Server {
     wake: Option<Time>,
     generation: u32,
     mark: (Time, f64),
-    last_utilization: f64,
+    /// Utilisation over the last full second, once there was one.
+    last_utilization: Option<f64>,
 }
 
 impl Server {
@@ -53,7 +54,7 @@ impl Server {
             wake: None,
             generation: 0,
             mark: (Time::ZERO, 0.0),
-            last_utilization: 0.0,
+            last_utilization: None,
         }
     }
 
@@ -80,12 +81,13 @@ impl Server {
         Some(*job)
     }
 
-    /// Utilisation since the last mark (or the last full second's, if the mark is too recent).
+    /// Utilisation since the last mark, or over the last full second if the mark is under
+    /// 100 ms old (too short a window to mean much); None before there is any measurement.
     fn utilization(&self, now: Time) -> Option<f64> {
         let (cpu, alloc) = (self.model.cpu()?, self.model.allocation_cores()?);
         let dt = now.saturating_since(self.mark.0).as_nanos() as f64;
         if dt < 100e6 {
-            return Some(self.last_utilization);
+            return self.last_utilization;
         }
         Some((cpu.busy_core_nanos() - self.mark.1) / (dt * alloc))
     }
@@ -271,7 +273,7 @@ impl Sim<'_> {
                 cpu.advance(now, &mut self.done);
             }
             if let Some(u) = server.utilization(now) {
-                server.last_utilization = u;
+                server.last_utilization = Some(u);
                 self.recorder.utilization(now, s, u);
             }
             let busy = server.model.cpu().map_or(0.0, |c| c.busy_core_nanos());

@@ -1,0 +1,299 @@
+//! Plots of a [`Report`], as SVG and PNG, drawn with plotters.
+//!
+//! - `latency-percentile`: latency against percentile, the x axis on a log scale of
+//!   1/(1 − p) so that p90, p99, p99.9 and p99.99 are evenly spaced (as in the "Beyond Round
+//!   Robin" figure), one line per run;
+//! - `latency-over-time`: p50, p99 and p99.9 of each second, log latency axis, with the load
+//!   phases marked (as in the Prequal load-ramp figure);
+//! - `rif-over-time`: p50 and p99 of server RIF at arrival, per second.
+//!
+//! Text is rendered with a font embedded in the binary (Ubuntu Light from the
+//! `epaint_default_fonts` crate) registered with plotters' ab_glyph backend, so plots build on
+//! a machine with no system fonts.
+
+use std::path::{Path, PathBuf};
+use std::sync::Once;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::report::{Report, RunResult};
+
+/// A plot could not be drawn or written.
+#[derive(Debug, thiserror::Error)]
+#[error("plot {path}: {message}")]
+pub struct PlotError {
+    /// The file being written.
+    pub path: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+static FONT: Once = Once::new();
+
+fn register_font() {
+    FONT.call_once(|| {
+        // The bytes are a valid TrueType font shipped by the crate; if plotters ever rejected
+        // them, text would be missing from the plots but nothing else would break.
+        let _ = plotters::style::register_font(
+            "sans-serif",
+            FontStyle::Normal,
+            epaint_default_fonts::UBUNTU_LIGHT,
+        );
+    });
+}
+
+const SIZE: (u32, u32) = (960, 600);
+
+const PLOTS: [&str; 3] = ["latency-percentile", "latency-over-time", "rif-over-time"];
+
+fn draw<DB: DrawingBackend>(
+    name: &str,
+    report: &Report,
+    root: &DrawingArea<DB, Shift>,
+) -> Result<(), String> {
+    match name {
+        "latency-percentile" => latency_percentile(report, root),
+        "latency-over-time" => latency_over_time(report, root),
+        _ => rif_over_time(report, root),
+    }
+}
+
+/// Writes every plot of `report` into `dir` as SVG and PNG; returns the files written.
+pub fn write_plots(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
+    register_font();
+    let mut written = Vec::new();
+    for name in PLOTS {
+        let path = dir.join(format!("{name}.svg"));
+        let err = |message: String| PlotError {
+            path: path.display().to_string(),
+            message,
+        };
+        {
+            let root = SVGBackend::new(&path, SIZE).into_drawing_area();
+            draw(name, report, &root).map_err(err)?;
+            root.present().map_err(|e| err(e.to_string()))?;
+        }
+        written.push(path.clone());
+        let path = dir.join(format!("{name}.png"));
+        let err = |message: String| PlotError {
+            path: path.display().to_string(),
+            message,
+        };
+        {
+            let root = BitMapBackend::new(&path, SIZE).into_drawing_area();
+            draw(name, report, &root).map_err(err)?;
+            root.present().map_err(|e| err(e.to_string()))?;
+        }
+        written.push(path);
+    }
+    Ok(written)
+}
+
+fn color(i: usize) -> RGBColor {
+    const PALETTE: [RGBColor; 8] = [
+        RGBColor(31, 119, 180),
+        RGBColor(214, 39, 40),
+        RGBColor(44, 160, 44),
+        RGBColor(255, 127, 14),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+        RGBColor(227, 119, 194),
+        RGBColor(23, 190, 207),
+    ];
+    PALETTE[i % PALETTE.len()]
+}
+
+fn run_name(r: &RunResult) -> String {
+    let mut name = r.label.clone();
+    if (r.load - 1.0).abs() > 1e-9 {
+        name.push_str(&format!(" @{:.2}x", r.load));
+    }
+    if let Some((k, v)) = &r.param
+        && !name.contains(&format!("{k}="))
+    {
+        name.push_str(&format!(" {k}={v}"));
+    }
+    name
+}
+
+fn latency_range(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (lo, hi) = values
+        .filter(|v| *v > 0.0)
+        .fold((f64::MAX, 0.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    if hi <= 0.0 {
+        return (0.1, 10.0);
+    }
+    (lo * 0.8, hi * 1.25)
+}
+
+fn percentile_label(x: &f64) -> String {
+    let p = 100.0 * (1.0 - 1.0 / x);
+    format!("p{}", (p * 100.0).round() / 100.0)
+}
+
+fn latency_percentile<DB: DrawingBackend>(
+    report: &Report,
+    root: &DrawingArea<DB, Shift>,
+) -> Result<(), String> {
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let all = report
+        .runs
+        .iter()
+        .flat_map(|r| r.output.measured.latency_curve.iter().map(|p| p.1));
+    let (lo, hi) = latency_range(all);
+    let title = format!("{}: latency by percentile (simulated)", report.scenario);
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 24))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d((1.0f64..10_000.0).log_scale(), (lo..hi).log_scale())
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("percentile (log scale of 1/(1-p))")
+        .y_desc("latency, ms")
+        .x_label_formatter(&percentile_label)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (i, r) in report.runs.iter().enumerate() {
+        let points = r
+            .output
+            .measured
+            .latency_curve
+            .iter()
+            .filter(|p| p.1 > 0.0)
+            .map(|&(p, ms)| {
+                let x = 1.0 / (1.0 - p / 100.0).max(1e-4);
+                (x, ms)
+            });
+        let c = color(i);
+        chart
+            .draw_series(LineSeries::new(points, c.stroke_width(2)))
+            .map_err(|e| e.to_string())?
+            .label(run_name(r))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(|e| e.to_string())
+}
+
+type Pick = fn(&crate::metrics::Second) -> f64;
+
+fn latency_over_time<DB: DrawingBackend>(
+    report: &Report,
+    root: &DrawingArea<DB, Shift>,
+) -> Result<(), String> {
+    let panels: [(&str, Pick); 3] = [
+        ("p50", |s| s.latency_ms.p50),
+        ("p99", |s| s.latency_ms.p99),
+        ("p99.9", |s| s.latency_ms.p999),
+    ];
+    time_panels(report, root, "latency over time", "ms", &panels, true)
+}
+
+fn rif_over_time<DB: DrawingBackend>(
+    report: &Report,
+    root: &DrawingArea<DB, Shift>,
+) -> Result<(), String> {
+    let panels: [(&str, Pick); 2] = [("p50", |s| s.rif.p50), ("p99", |s| s.rif.p99)];
+    time_panels(report, root, "server RIF at arrival", "RIF", &panels, false)
+}
+
+fn time_panels<DB: DrawingBackend>(
+    report: &Report,
+    root: &DrawingArea<DB, Shift>,
+    what: &str,
+    unit: &str,
+    panels: &[(&str, Pick)],
+    log: bool,
+) -> Result<(), String> {
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let title = format!("{}: {what} (simulated)", report.scenario);
+    let (top, rest) = root.split_vertically(40);
+    top.titled(&title, ("sans-serif", 24))
+        .map_err(|e| e.to_string())?;
+    let areas = rest.split_evenly((panels.len(), 1));
+    for ((name, pick), area) in panels.iter().zip(&areas) {
+        let values = report.runs.iter().flat_map(|r| {
+            r.output
+                .measured
+                .per_second
+                .iter()
+                .filter(|s| s.queries > 0)
+                .map(pick)
+        });
+        let (lo, hi) = latency_range(values);
+        let label = format!("{name}, {unit}");
+        if log {
+            time_panel(report, area, &label, (lo..hi).log_scale(), *pick)?;
+        } else {
+            time_panel(report, area, &label, 0.0..hi.max(1.0), *pick)?;
+        }
+    }
+    Ok(())
+}
+
+fn time_panel<DB: DrawingBackend, Y>(
+    report: &Report,
+    area: &DrawingArea<DB, Shift>,
+    label: &str,
+    y: Y,
+    pick: Pick,
+) -> Result<(), String>
+where
+    Y: plotters::coord::ranged1d::AsRangedCoord<Value = f64>,
+    Y::CoordDescType: plotters::coord::ranged1d::ValueFormatter<f64>,
+{
+    let end = report.duration_s.max(1.0);
+    let mut chart = ChartBuilder::on(area)
+        .margin(8)
+        .x_label_area_size(28)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..end, y)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .y_desc(label)
+        .x_desc("seconds")
+        .draw()
+        .map_err(|e| e.to_string())?;
+    if let Some(first) = report.runs.first() {
+        for p in first.output.measured.phases.iter().skip(1) {
+            let (lo, hi) = (chart.y_range().start, chart.y_range().end);
+            let line = vec![(p.start_s, lo), (p.start_s, hi)];
+            chart
+                .draw_series(std::iter::once(PathElement::new(line, BLACK.mix(0.3))))
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    for (i, r) in report.runs.iter().enumerate() {
+        let points = r
+            .output
+            .measured
+            .per_second
+            .iter()
+            .filter(|s| s.queries > 0)
+            .map(|s| (s.t as f64 + 0.5, pick(s)));
+        let c = color(i);
+        chart
+            .draw_series(LineSeries::new(points, c.stroke_width(2)))
+            .map_err(|e| e.to_string())?
+            .label(run_name(r))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font(("sans-serif", 12))
+        .draw()
+        .map_err(|e| e.to_string())
+}

@@ -1,0 +1,333 @@
+//! Planning the runs of a scenario (contenders × sweep), running them in parallel, and the
+//! report: a serialisable [`Report`] (JSON, byte-identical for the same seed) and a text table.
+//!
+//! Runs are independent (each builds its own world from the scenario seed), so they go to a
+//! rayon pool, one run per task, and come back in plan order whatever the thread timing.
+
+use std::fmt::Write as _;
+
+use prequal_core::PolicyConfig;
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::engine::{self, RunOutput, SimError};
+use crate::model::ModelError;
+use crate::scenario::Compiled;
+
+/// One run to do.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunPlan {
+    /// Name for tables and plots (policy name plus non-default parameters).
+    pub label: String,
+    /// The policy config.
+    pub contender: PolicyConfig,
+    /// Load multiplier.
+    pub load: f64,
+    /// The swept parameter and its value, if any.
+    pub param: Option<(String, String)>,
+}
+
+/// One finished run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RunResult {
+    /// Label (policy and non-default parameters).
+    pub label: String,
+    /// Policy name.
+    pub policy: String,
+    /// Load multiplier.
+    pub load: f64,
+    /// Swept parameter and value.
+    pub param: Option<(String, String)>,
+    /// The measurements.
+    #[serde(flatten)]
+    pub output: RunOutput,
+}
+
+/// Everything a scenario run produced.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Report {
+    /// Always true: these numbers come from the simulator.
+    pub simulated: bool,
+    /// Scenario name.
+    pub scenario: String,
+    /// Its description.
+    pub description: String,
+    /// Seed.
+    pub seed: u64,
+    /// Simulated seconds of offered load.
+    pub duration_s: f64,
+    /// The latency objective, milliseconds.
+    pub latency_objective_ms: f64,
+    /// The runs, in plan order.
+    pub runs: Vec<RunResult>,
+}
+
+/// The keys of `config` whose values differ from the policy's defaults, as `key=value`.
+fn non_defaults(config: &PolicyConfig) -> Vec<String> {
+    let table = toml::Table::try_from(config).unwrap_or_default();
+    let defaults = PolicyConfig::from_name(config.name())
+        .ok()
+        .and_then(|d| toml::Table::try_from(&d).ok())
+        .unwrap_or_default();
+    table
+        .iter()
+        .filter(|(k, v)| *k != "name" && defaults.get(*k) != Some(*v))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect()
+}
+
+fn label_of(config: &PolicyConfig) -> String {
+    let extra = non_defaults(config);
+    if extra.is_empty() {
+        config.name().to_string()
+    } else {
+        format!("{} ({})", config.name(), extra.join(", "))
+    }
+}
+
+/// `config` with `key` set to `value`, or None when the policy has no such key.
+fn with_param(
+    config: &PolicyConfig,
+    key: &str,
+    value: &toml::Value,
+) -> Result<Option<PolicyConfig>, ModelError> {
+    let mut table = toml::Table::try_from(config)
+        .map_err(|e| ModelError::invalid("sweep.param", e.to_string()))?;
+    if !table.contains_key(key) {
+        return Ok(None);
+    }
+    table.insert(key.to_string(), value.clone());
+    let updated = PolicyConfig::deserialize(table)
+        .map_err(|e| ModelError::invalid("sweep.values", format!("{key} = {value}: {e}")))?;
+    updated
+        .validate()
+        .map_err(|e| ModelError::invalid("sweep.values", e.to_string()))?;
+    Ok(Some(updated))
+}
+
+/// Every run of the scenario: contenders × sweep loads × sweep values.
+pub fn plan(compiled: &Compiled) -> Result<Vec<RunPlan>, ModelError> {
+    let sc = &compiled.scenario;
+    let sweep = sc.sweep.clone().unwrap_or_default();
+    let loads = if sweep.load.is_empty() {
+        vec![1.0]
+    } else {
+        sweep.load.clone()
+    };
+    let mut out = Vec::new();
+    let mut any_param = false;
+    for &load in &loads {
+        for contender in &sc.contenders {
+            let variants = match &sweep.param {
+                Some(key) => {
+                    let mut v = Vec::new();
+                    for value in &sweep.values {
+                        if let Some(c) = with_param(contender, key, value)? {
+                            v.push((c, Some((key.clone(), value.to_string()))));
+                        }
+                    }
+                    any_param |= !v.is_empty();
+                    if v.is_empty() {
+                        vec![(contender.clone(), None)]
+                    } else {
+                        v
+                    }
+                }
+                None => vec![(contender.clone(), None)],
+            };
+            for (config, param) in variants {
+                let label = label_of(&config);
+                out.push(RunPlan {
+                    label,
+                    contender: config,
+                    load,
+                    param,
+                });
+            }
+        }
+    }
+    if let Some(key) = &sweep.param
+        && !any_param
+    {
+        return Err(ModelError::invalid(
+            "sweep.param",
+            format!("no contender has a parameter named `{key}`"),
+        ));
+    }
+    Ok(out)
+}
+
+/// Runs every plan on the rayon pool; `progress` is called once per finished run.
+pub fn run_all(
+    compiled: &Compiled,
+    plans: &[RunPlan],
+    progress: &(dyn Fn(&RunPlan) + Sync),
+) -> Result<Report, SimError> {
+    let runs: Vec<Result<RunResult, SimError>> = plans
+        .par_iter()
+        .map(|p| {
+            let output = engine::run(compiled, &p.contender, p.load)?;
+            progress(p);
+            Ok(RunResult {
+                label: p.label.clone(),
+                policy: p.contender.name().to_string(),
+                load: p.load,
+                param: p.param.clone(),
+                output,
+            })
+        })
+        .collect();
+    let sc = &compiled.scenario;
+    Ok(Report {
+        simulated: true,
+        scenario: sc.name.clone(),
+        description: sc.description.clone(),
+        seed: sc.seed,
+        duration_s: compiled.end().as_secs_f64(),
+        latency_objective_ms: sc.latency_objective.as_secs_f64() * 1e3,
+        runs: runs.into_iter().collect::<Result<_, _>>()?,
+    })
+}
+
+impl Report {
+    /// Pretty JSON (same seed, same bytes).
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string_pretty(self)
+    }
+
+    /// The summary table, and a per-phase table when the load schedule has several phases.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let obj = self.latency_objective_ms;
+        let _ = writeln!(
+            out,
+            "{:<34} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>8}",
+            "contender",
+            "load",
+            "queries",
+            "p50 ms",
+            "p90 ms",
+            "p99 ms",
+            "p99.9 ms",
+            "max ms",
+            format!("<={obj:.0}ms"),
+            "errors",
+            "timeouts"
+        );
+        for r in &self.runs {
+            let s = &r.output.measured.summary;
+            let l = &s.latency_ms;
+            let _ = writeln!(
+                out,
+                "{:<34} {:>5.2} {:>9} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8.3}% {:>7} {:>8}",
+                label_with_param(r),
+                r.load,
+                s.queries,
+                l.p50,
+                l.p90,
+                l.p99,
+                l.p999,
+                l.max,
+                s.within_objective * 100.0,
+                s.errors,
+                s.timeouts
+            );
+        }
+        if self
+            .runs
+            .first()
+            .is_some_and(|r| r.output.measured.phases.len() > 1)
+        {
+            out.push('\n');
+            out.push_str(&self.phase_table());
+        }
+        out
+    }
+
+    fn phase_table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{:<34} {:<16} {:>8} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8}",
+            "contender",
+            "phase",
+            "qps",
+            "p50 ms",
+            "p90 ms",
+            "p99 ms",
+            "p99.9 ms",
+            "errors",
+            "timeouts"
+        );
+        for r in &self.runs {
+            for p in &r.output.measured.phases {
+                let (s, l) = (&p.summary, &p.summary.latency_ms);
+                let _ = writeln!(
+                    out,
+                    "{:<34} {:<16} {:>8.0} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8} {:>8}",
+                    label_with_param(r),
+                    p.label,
+                    p.qps * r.load,
+                    l.p50,
+                    l.p90,
+                    l.p99,
+                    l.p999,
+                    s.errors,
+                    s.timeouts
+                );
+            }
+        }
+        out
+    }
+}
+
+fn label_with_param(r: &RunResult) -> String {
+    match &r.param {
+        Some((k, v)) if !r.label.contains(&format!("{k}=")) => format!("{} [{k}={v}]", r.label),
+        _ => r.label.clone(),
+    }
+}
+
+/// The report could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// A file or directory could not be written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// JSON serialisation failed.
+    #[error("report.json: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A plot failed.
+    #[error(transparent)]
+    Plot(#[from] crate::plot::PlotError),
+}
+
+impl Report {
+    /// Writes `report.json`, `summary.txt` and (unless `plots` is false) the plots into
+    /// `dir`, creating it; returns the files written.
+    pub fn write_to(
+        &self,
+        dir: &std::path::Path,
+        plots: bool,
+    ) -> Result<Vec<std::path::PathBuf>, WriteError> {
+        let io = |path: &std::path::Path| {
+            let path = path.display().to_string();
+            move |source| WriteError::Io { path, source }
+        };
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        let json = dir.join("report.json");
+        std::fs::write(&json, self.to_json()? + "\n").map_err(io(&json))?;
+        let summary = dir.join("summary.txt");
+        std::fs::write(&summary, self.table()).map_err(io(&summary))?;
+        let mut written = vec![json, summary];
+        if plots {
+            written.extend(crate::plot::write_plots(self, dir)?);
+        }
+        Ok(written)
+    }
+}
