@@ -8,7 +8,7 @@
 //! or after `--duration`.
 
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -28,10 +28,15 @@ pub struct Args {
     /// Multiply the scenario's episode times by this factor (as `prequal sim` does).
     #[arg(long, default_value_t = 1.0, requires = "scenario")]
     time_scale: f64,
-    /// Replicas to serve: indices 0..N (default: all of the scenario's, or 1 with flags).
+    /// Replicas to serve (default: all of the scenario's from --first-replica on, or 1 with
+    /// flags).
     #[arg(long)]
     replicas: Option<u32>,
-    /// Replica i listens on BASE_PORT + i; 0 lets the OS choose each port.
+    /// Index of the first replica to serve, to split a scenario's replicas across processes.
+    #[arg(long, default_value_t = 0)]
+    first_replica: u32,
+    /// The first replica listens on BASE_PORT, the next on BASE_PORT + 1, ...; 0 lets the OS
+    /// choose each port.
     #[arg(long, default_value_t = 0)]
     base_port: u16,
     /// Address to listen on.
@@ -73,7 +78,10 @@ pub fn run(args: &Args) -> Result<()> {
     let bind = Bind {
         host: args.host,
         base_port: args.base_port,
-        replicas: args.replicas.unwrap_or(spec.servers.count),
+        first: args.first_replica,
+        replicas: args
+            .replicas
+            .unwrap_or(spec.servers.count.saturating_sub(args.first_replica)),
         drain: args.drain,
         piggyback: args.piggyback,
     };
@@ -82,8 +90,8 @@ pub fn run(args: &Args) -> Result<()> {
         let backend = Backend::start(&spec, bind)
             .await
             .context("prequal backend")?;
-        for (index, addr) in backend.addrs().iter().enumerate() {
-            println!("replica {index} {addr}");
+        for (replica, addr) in backend.replicas().zip(backend.addrs()) {
+            println!("replica {} {addr}", replica.index());
         }
         let stop_after = async {
             match args.duration {
@@ -112,14 +120,16 @@ fn spec_from_args(args: &Args) -> Result<BackendSpec> {
         if args.time_scale != 1.0 {
             let mut scenario = compiled.scenario.clone();
             scenario.scale_time(args.time_scale);
-            let base = path.parent().unwrap_or(std::path::Path::new("."));
+            let base = path.parent().unwrap_or(Path::new("."));
             compiled = scenario
                 .compile(base)
                 .with_context(|| format!("{}", path.display()))?;
         }
         return Ok(BackendSpec::from_scenario(&compiled));
     }
-    let count = args.replicas.unwrap_or(1);
+    let count = args
+        .first_replica
+        .saturating_add(args.replicas.unwrap_or(1));
     let (latency, capacity) = match (&args.latency, &args.cost) {
         (Some(latency), None) => (Some(parse_dist("--latency", latency)?), None),
         (None, Some(cost)) => {
@@ -152,7 +162,14 @@ fn spec_from_args(args: &Args) -> Result<BackendSpec> {
         speed,
         episodes,
     };
-    BackendSpec::new(servers, EstimatorConfig::default(), args.seed).context("prequal backend")
+    // Trace files named in flags resolve against the working directory.
+    BackendSpec::new(
+        servers,
+        EstimatorConfig::default(),
+        args.seed,
+        Path::new("."),
+    )
+    .context("prequal backend")
 }
 
 /// A duration (`10ms`, a constant) or an inline distribution table.

@@ -22,12 +22,13 @@
 pub mod replica;
 
 use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use prequal_core::EstimatorConfig;
 use prequal_server::{Clock, ProbeLayer, SharedTracker, serve};
-use prequal_sim::model::{Distribution, ModelError, ReplicaModel, ServersSpec};
+use prequal_sim::model::{Distribution, ModelError, ReplicaModel, ServersSpec, parse_trace};
 use prequal_sim::scenario::Compiled;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
@@ -61,20 +62,33 @@ impl BackendSpec {
         }
     }
 
-    /// Validates `servers` and compiles its distribution (which may not be a trace file: use
-    /// a scenario file for traces, whose paths resolve against the file).
+    /// Validates `servers` and compiles its distribution; trace files (`kind = "trace"`)
+    /// resolve against `base`.
     pub fn new(
         servers: ServersSpec,
         estimator: EstimatorConfig,
         seed: u64,
+        base: &Path,
     ) -> Result<Self, BackendError> {
         servers.validate()?;
         estimator
             .validate()
             .map_err(|e| ModelError::invalid("estimator", e.to_string()))?;
+        let mut load_trace = |file: &Path| -> Result<Arc<[u64]>, ModelError> {
+            let full = base.join(file);
+            let text = std::fs::read_to_string(&full).map_err(|e| {
+                ModelError::invalid(
+                    "trace",
+                    format!("cannot read trace {}: {e}", full.display()),
+                )
+            })?;
+            parse_trace(&text, &full.display().to_string())
+        };
         let service = match (&servers.latency, &servers.capacity) {
-            (Some(latency), _) => latency.compile_pure("servers.latency")?,
-            (None, Some(capacity)) => capacity.cost.compile_pure("servers.capacity.cost")?,
+            (Some(latency), _) => latency.compile("servers.latency", &mut load_trace)?,
+            (None, Some(capacity)) => capacity
+                .cost
+                .compile("servers.capacity.cost", &mut load_trace)?,
             (None, None) => {
                 return Err(ModelError::invalid(
                     "servers",
@@ -97,9 +111,12 @@ impl BackendSpec {
 pub struct Bind {
     /// The address to listen on (default 127.0.0.1).
     pub host: IpAddr,
-    /// Replica `i` listens on `base_port + i`; 0 lets the OS choose every port.
+    /// The first replica listens on `base_port`, the next on `base_port + 1`, and so on; 0
+    /// lets the OS choose every port.
     pub base_port: u16,
-    /// How many replicas to serve: indices `0..replicas` of the spec (at most its count).
+    /// The index of the first replica served (0 unless replicas are split across processes).
+    pub first: u32,
+    /// How many replicas to serve: indices `first..first + replicas` of the spec.
     pub replicas: u32,
     /// On shutdown, how long open connections get to finish.
     pub drain: Duration,
@@ -113,11 +130,14 @@ pub enum BackendError {
     /// The servers spec is invalid.
     #[error(transparent)]
     Model(#[from] ModelError),
-    /// More replicas were asked for than the spec describes, or none.
+    /// The replicas asked for are not all in the spec, or none were asked for.
     #[error(
-        "asked to serve {asked} replicas, but `servers.count` is {count} (expected 1..={count})"
+        "asked to serve {asked} replicas from index {first}, but `servers.count` is {count} \
+         (indices 0..{count})"
     )]
     ReplicaCount {
+        /// The first index asked for.
+        first: u32,
         /// Replicas asked for.
         asked: u32,
         /// Replicas in the spec.
@@ -155,8 +175,10 @@ impl Backend {
     /// Opens every listener, then starts the replicas; their time zero is now.
     pub async fn start(spec: &BackendSpec, bind: Bind) -> Result<Backend, BackendError> {
         let count = spec.servers.count;
-        if bind.replicas == 0 || bind.replicas > count {
+        let end = u64::from(bind.first) + u64::from(bind.replicas);
+        if bind.replicas == 0 || end > u64::from(count) {
             return Err(BackendError::ReplicaCount {
+                first: bind.first,
                 asked: bind.replicas,
                 count,
             });
@@ -190,7 +212,7 @@ impl Backend {
         })
     }
 
-    /// The address of each served replica, in index order.
+    /// The address of each served replica, in index order (the first is [`Bind::first`]).
     pub fn addrs(&self) -> Vec<SocketAddr> {
         self.replicas.iter().map(|(_, addr)| *addr).collect()
     }
@@ -212,11 +234,12 @@ impl Backend {
 
 async fn open_listeners(bind: Bind) -> Result<Vec<(u32, TcpListener, SocketAddr)>, BackendError> {
     let mut out = Vec::new();
-    for index in 0..bind.replicas {
+    for offset in 0..bind.replicas {
+        let index = bind.first + offset;
         let port = if bind.base_port == 0 {
             0
         } else {
-            u16::try_from(u32::from(bind.base_port) + index).map_err(|_| {
+            u16::try_from(u32::from(bind.base_port) + offset).map_err(|_| {
                 BackendError::PortRange {
                     base: bind.base_port,
                     replicas: bind.replicas,
