@@ -38,6 +38,7 @@ pub mod forward;
 pub mod headers;
 pub mod metrics;
 pub mod prober;
+pub mod reload;
 pub mod routing;
 pub mod server;
 

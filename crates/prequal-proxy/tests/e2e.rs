@@ -290,3 +290,51 @@ async fn trailers_pass_through(proto: Proto) {
     assert_eq!(&collected.to_bytes()[..], b"payload");
 }
 over_h1_and_h2!(grpc_style_trailers_pass_through, trailers_pass_through);
+
+async fn file_change_reloads(proto: Proto) {
+    let (a, b) = (Backend::start().await, Backend::start().await);
+    let path = std::env::temp_dir().join(format!(
+        "prequal-proxy-reload-{proto:?}-{}.toml",
+        std::process::id()
+    ));
+    std::fs::write(&path, config_text(&[&a], proto, "\"round-robin\"", "")).unwrap();
+    let config = ProxyConfig::from_file(&path).unwrap();
+    let proxy_server = prequal_proxy::Proxy::bind(&config).await.unwrap();
+    let addr = proxy_server.local_addr().unwrap();
+    let handle = proxy_server.handle();
+    let watcher = tokio::spawn(prequal_proxy::reload::watch_file(
+        handle,
+        path.clone(),
+        Duration::from_millis(20),
+    ));
+    let server = tokio::spawn(proxy_server.run(std::future::pending()));
+    let client = client(proto);
+    assert_eq!(load(&client, addr, 10, 1).await, 10);
+    assert_eq!((a.hits(), b.hits()), (10, 0));
+    // A broken file is refused: traffic keeps going to A.
+    std::fs::write(&path, "[clusters.test]\nupstreams = [\"not an address\"]\n").unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(load(&client, addr, 10, 1).await, 10);
+    assert_eq!((a.hits(), b.hits()), (20, 0));
+    // A good file moves the cluster to B (the ports stay as bound).
+    std::fs::write(&path, config_text(&[&b], proto, "\"round-robin\"", "")).unwrap();
+    let mut moved = false;
+    for _ in 0..200 {
+        if get(&client, addr, "/probe-move").await.0 == 200 && b.hits() > 0 {
+            moved = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(moved, "the edited file was applied");
+    let a_before = a.hits();
+    assert_eq!(load(&client, addr, 10, 1).await, 10);
+    assert_eq!(a.hits(), a_before, "all traffic follows the new file");
+    watcher.abort();
+    server.abort();
+    let _ = std::fs::remove_file(&path);
+}
+over_h1_and_h2!(
+    a_config_file_change_reloads_and_a_bad_file_is_refused,
+    file_change_reloads
+);

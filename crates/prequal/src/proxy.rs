@@ -9,11 +9,11 @@
 //! `RUST_LOG` sets the filter (default `info`).
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use prequal_proxy::{Proxy, ProxyConfig, ProxyHandle};
+use prequal_proxy::{Proxy, ProxyConfig, ProxyHandle, reload};
 
 /// Arguments of `prequal proxy`.
 #[derive(clap::Args, Debug)]
@@ -70,7 +70,14 @@ pub fn run(args: &Args) -> Result<()> {
             admin.as_deref().unwrap_or("(off)")
         );
         if let Some(path) = args.config.clone() {
-            tokio::spawn(reloader(path, proxy.handle(), args.watch_interval));
+            tokio::spawn(reload_on_hangup(path.clone(), proxy.handle()));
+            if !args.watch_interval.is_zero() {
+                tokio::spawn(reload::watch_file(
+                    proxy.handle(),
+                    path,
+                    args.watch_interval,
+                ));
+            }
         }
         proxy.run(shutdown_signal()).await;
         eprintln!("prequal proxy: drained and stopped");
@@ -114,52 +121,27 @@ async fn shutdown_signal() {
     tracing::info!("shutdown signal received; draining");
 }
 
-/// Reloads the config file on SIGHUP and whenever its modification time or size changes.
-async fn reloader(path: PathBuf, handle: ProxyHandle, interval: Duration) {
-    let mut last = stamp(&path);
+/// Reloads the config file on SIGHUP; file changes are picked up by
+/// `prequal_proxy::reload::watch_file`.
+async fn reload_on_hangup(path: PathBuf, handle: ProxyHandle) {
     #[cfg(unix)]
-    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-    let poll = if interval.is_zero() {
-        Duration::from_secs(3600)
-    } else {
-        interval
-    };
-    loop {
-        #[cfg(unix)]
-        let hup = async {
-            match hangup.as_mut() {
-                Some(stream) => {
-                    stream.recv().await;
-                }
-                None => std::future::pending::<()>().await,
-            }
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hangup) = signal(SignalKind::hangup()) else {
+            tracing::warn!("cannot listen for SIGHUP; reload by editing the file instead");
+            return;
         };
-        #[cfg(not(unix))]
-        let hup = std::future::pending::<()>();
-        let forced = tokio::select! {
-            () = hup => true,
-            () = tokio::time::sleep(poll) => false,
-        };
-        let now = stamp(&path);
-        let changed = !interval.is_zero() && now != last;
-        if !(forced || changed) {
-            continue;
-        }
-        last = now;
-        match ProxyConfig::from_file(&path) {
-            Ok(config) => {
-                if let Err(error) = handle.reload(&config) {
-                    tracing::error!(%error, "reload refused; the running configuration stays");
+        while hangup.recv().await.is_some() {
+            match reload::reload_from_file(&handle, &path) {
+                Ok(()) => tracing::info!("SIGHUP: configuration reloaded"),
+                Err(error) => {
+                    tracing::error!(%error, "reload refused; the running configuration stays")
                 }
-            }
-            Err(error) => {
-                tracing::error!(%error, "reload refused; the running configuration stays");
             }
         }
     }
-}
-
-fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
-    let meta = std::fs::metadata(path).ok()?;
-    Some((meta.modified().ok()?, meta.len()))
+    #[cfg(not(unix))]
+    {
+        let _ = (path, handle);
+    }
 }
