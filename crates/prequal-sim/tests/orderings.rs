@@ -1,0 +1,138 @@
+//! The orderings that define each reproduced result, on scaled-down scenarios in virtual time.
+
+use std::path::{Path, PathBuf};
+
+use prequal_core::PolicyConfig;
+use prequal_sim::report::{self, Report};
+use prequal_sim::scenario::{Compiled, Scenario};
+
+fn scenario(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scenarios")
+        .join(name)
+}
+
+fn run(compiled: &Compiled) -> Report {
+    let plans = report::plan(compiled).unwrap();
+    report::run_all(compiled, &plans, &|_| {}).unwrap()
+}
+
+fn with_contenders(names: &[&str]) -> Vec<PolicyConfig> {
+    names
+        .iter()
+        .map(|n| PolicyConfig::from_name(n).unwrap())
+        .collect()
+}
+
+/// Share of queries not answered successfully within the objective, in percent.
+fn slow_pct(report: &Report, label: &str) -> f64 {
+    let run = report.runs.iter().find(|r| r.label == label).unwrap();
+    100.0 * (1.0 - run.output.measured.summary.within_objective)
+}
+
+/// Beyond Round Robin, half as long (30 s, the slow replica for the middle half): round
+/// robin sends 1/11 of the queries to the 2 s replica half of the time, so about 4.5% are slow;
+/// Prequal and peak EWMA steer away from it far better than least-loaded does.
+#[test]
+fn beyond_round_robin_orderings() {
+    let compiled = Scenario::load_adjusted(&scenario("beyond-round-robin.toml"), |s| {
+        s.scale_time(0.5);
+        s.contenders = with_contenders(&["round-robin", "least-loaded", "peak-ewma", "prequal"]);
+    })
+    .unwrap();
+    let report = run(&compiled);
+    let rr = slow_pct(&report, "round-robin");
+    let ll = slow_pct(&report, "least-loaded");
+    let ewma = slow_pct(&report, "peak-ewma");
+    let prequal = slow_pct(&report, "prequal");
+    eprintln!("slow %: rr {rr:.3} ll {ll:.3} peak-ewma {ewma:.3} prequal {prequal:.3}");
+    let expected = 100.0 / 11.0 * 0.5;
+    assert!(
+        (rr - expected).abs() < 0.5,
+        "round robin {rr:.3}% vs {expected:.3}%"
+    );
+    assert!(
+        ll < rr / 2.0,
+        "least-loaded {ll:.3}% vs round robin {rr:.3}%"
+    );
+    assert!(
+        prequal < ll / 2.0,
+        "prequal {prequal:.3}% vs least-loaded {ll:.3}%"
+    );
+    assert!(
+        ewma < ll / 2.0,
+        "peak-ewma {ewma:.3}% vs least-loaded {ll:.3}%"
+    );
+}
+
+/// The Prequal load ramp on 20 replicas and 10 clients, 3.3 s per step: WRR hits the 5 s
+/// deadline at the top steps, Prequal never does.
+#[test]
+fn ramp_prequal_has_no_timeouts_where_wrr_does() {
+    let compiled = Scenario::load_adjusted(&scenario("prequal-ramp.toml"), |s| {
+        s.scale_time(0.05);
+        s.servers.count = 20;
+        s.clients.count = 10;
+    })
+    .unwrap();
+    let report = run(&compiled);
+    let timeouts = |label: &str| -> Vec<u64> {
+        let run = report.runs.iter().find(|r| r.label == label).unwrap();
+        run.output
+            .measured
+            .phases
+            .iter()
+            .map(|p| p.summary.timeouts)
+            .collect()
+    };
+    let (wrr, prequal) = (timeouts("weighted-round-robin"), timeouts("prequal"));
+    eprintln!("timeouts per step: wrr {wrr:?} prequal {prequal:?}");
+    assert_eq!(
+        prequal.iter().sum::<u64>(),
+        0,
+        "prequal timed out: {prequal:?}"
+    );
+    assert!(
+        wrr[7] > 0 && wrr[8] > 0,
+        "wrr should time out at the top steps: {wrr:?}"
+    );
+}
+
+#[test]
+fn same_seed_gives_byte_identical_json_and_another_seed_does_not() {
+    let load = |seed: u64| {
+        Scenario::load_adjusted(&scenario("beyond-round-robin.toml"), |s| {
+            s.scale_time(0.1);
+            s.seed = seed;
+            s.contenders = with_contenders(&["round-robin", "prequal"]);
+        })
+        .unwrap()
+    };
+    let a = run(&load(7)).to_json().unwrap();
+    let b = run(&load(7)).to_json().unwrap();
+    let c = run(&load(8)).to_json().unwrap();
+    assert!(a == b, "same seed, different JSON");
+    assert_ne!(a, c);
+}
+
+#[test]
+fn bad_file_error_names_file_and_key() {
+    let dir = std::env::temp_dir().join(format!("prequal-sim-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.toml");
+    let text = std::fs::read_to_string(scenario("beyond-round-robin.toml")).unwrap();
+    std::fs::write(&path, text.replace("count = 11", "count = 11\nspeeed = 2")).unwrap();
+    let err = Scenario::load(&path).unwrap_err().to_string();
+    assert!(err.contains("bad.toml") && err.contains("speeed"), "{err}");
+    std::fs::write(&path, text.replace("start = \"15s\"", "start = \"50s\"")).unwrap();
+    let err = Scenario::load(&path).unwrap_err().to_string();
+    assert!(
+        err.contains("bad.toml") && err.contains("servers.episodes[0].end"),
+        "{err}"
+    );
+    let err = Scenario::load(&dir.join("missing.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("missing.toml"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
