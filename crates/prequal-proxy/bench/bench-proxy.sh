@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Proxy overhead benchmark, in one run: wrk against a trivial backend directly, through
-# `prequal proxy` (once per policy in $POLICIES), and through HAProxy, all on 127.0.0.1.
+# the prequal proxy (once per policy in $POLICIES; the library's zero-config example, the same
+# data path as `prequal proxy --listen`), and through HAProxy, all on 127.0.0.1.
 #
 # Two measurements per contender:
 #  1. latency at about 1000 rps: wrk with 10 connections, each pausing 10 ms between requests
@@ -19,7 +20,7 @@ DURATION=${DURATION:-15}
 CONNS=${CONNS:-32}
 POLICIES=${POLICIES:-"prequal round-robin"}
 TARGET=${CARGO_TARGET_DIR:-target}
-B1=19101 B2=19102 PROXY=19180 ADMIN=19190 HAPROXY=19181
+B1=19101 B2=19102 PROXY=19180 HAPROXY=19181
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
@@ -28,7 +29,7 @@ trap cleanup EXIT
 for tool in wrk haproxy; do
     command -v "$tool" >/dev/null || { echo "missing $tool: apt-get install -y wrk haproxy" >&2; exit 1; }
 done
-cargo build --release -q -p prequal -p prequal-proxy --example bench_backend
+cargo build --release -q -p prequal-proxy --example bench_backend --example zero_config
 
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
 start() { "$@" >"$WORK/log.$BASHPID.$RANDOM" 2>&1 & PIDS+=($!); LAST=$!; }
@@ -102,9 +103,9 @@ echo "| contender              | p50 us | p99 us | added p50 | added p99 | max r
 echo "|------------------------|--------|--------|-----------|-----------|---------|---------------------|"
 report direct $B1 ""
 for policy in $POLICIES; do
-    RUST_LOG=warn start "$TARGET/release/prequal" proxy --listen "127.0.0.1:$PROXY" \
-        --upstream "127.0.0.1:$B1" --upstream "127.0.0.1:$B2" --policy "$policy" \
-        --admin "127.0.0.1:$ADMIN"
+    # The library in its zero-config form: the same data path as `prequal proxy --listen ...`.
+    start "$TARGET/release/examples/zero_config" "127.0.0.1:$PROXY" "$policy" \
+        "127.0.0.1:$B1" "127.0.0.1:$B2"
     pid=$LAST
     wait_port $PROXY
     report "prequal ($policy)" $PROXY "$pid"

@@ -36,7 +36,7 @@ pub async fn watch_file(handle: ProxyHandle, path: PathBuf, interval: Duration) 
         }
         last = now;
         match reload_from_file(&handle, &path) {
-            Ok(()) => tracing::info!(path = %path.display(), "config file changed; reloaded"),
+            Ok(()) => {}
             Err(error) => {
                 tracing::error!(%error, "reload refused; the running configuration stays")
             }

@@ -133,7 +133,7 @@ async fn reload_on_hangup(path: PathBuf, handle: ProxyHandle) {
         };
         while hangup.recv().await.is_some() {
             match reload::reload_from_file(&handle, &path) {
-                Ok(()) => tracing::info!("SIGHUP: configuration reloaded"),
+                Ok(()) => {}
                 Err(error) => {
                     tracing::error!(%error, "reload refused; the running configuration stays")
                 }
