@@ -406,8 +406,9 @@ where
                                 *outcome = grpc_outcome(trailers);
                             }
                         }
-                        // hyper stops polling once a body says it has ended.
-                        body.is_end_stream()
+                        // Trailers are the last frame, and hyper stops polling once a body
+                        // says it has ended: either way there will be no `None` to see.
+                        frame.is_trailers() || body.is_end_stream()
                     }
                 };
                 if ended {

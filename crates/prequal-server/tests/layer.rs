@@ -117,6 +117,9 @@ async fn a_request_counts_until_its_body_ends(proto: Proto) {
     assert_eq!(&body[..], b"part 1");
     let idle = probe_until(&client, proto, server.addr, |r| r.rif == 0).await;
     assert_eq!(idle.rif, 0);
+    // The body's end recorded a completion; it was not merely abandoned.
+    assert!(idle.latency > Duration::ZERO, "{idle:?}");
+    assert!(idle.qps.is_some_and(|q| q > 0.0), "{idle:?}");
 }
 both_protocols!(a_request_counts_until_its_body_ends);
 
@@ -195,3 +198,54 @@ async fn server_errors_count_in_the_error_rate(proto: Proto) {
     assert_eq!(report.error_rate, Some(0.5));
 }
 both_protocols!(server_errors_count_in_the_error_rate);
+
+/// gRPC reports failures in trailers (or, for trailers-only responses, in headers) under a
+/// 200 status; the layer must count server faults as errors and other statuses as successes.
+#[tokio::test]
+async fn grpc_status_in_trailers_decides_the_outcome() {
+    let handler = tower::service_fn(|req: Request<Incoming>| async move {
+        let code = req.uri().path().trim_start_matches('/').to_owned();
+        let (mut sender, body) = Channel::<Bytes>::new(2);
+        let mut response = Response::new(body);
+        response.headers_mut().insert(
+            "content-type",
+            http::HeaderValue::from_static("application/grpc"),
+        );
+        if let Some(code) = code.strip_prefix("header-") {
+            response
+                .headers_mut()
+                .insert("grpc-status", code.parse().unwrap());
+            drop(sender);
+        } else {
+            tokio::spawn(async move {
+                let _ = sender.send_data(Bytes::from_static(b"\0\0\0\0\0")).await;
+                let mut trailers = http::HeaderMap::new();
+                trailers.insert("grpc-status", code.parse().unwrap());
+                let _ = sender.send_trailers(trailers).await;
+            });
+        }
+        Ok::<_, Infallible>(response)
+    });
+    let tracker = tracker();
+    let service = tower::ServiceBuilder::new()
+        .layer(ProbeLayer::new(Arc::clone(&tracker)))
+        .service(handler);
+    let server = spawn(service).await;
+    let client = client(Proto::Http2);
+    // UNAVAILABLE in trailers, OK in trailers, NOT_FOUND (a client error) in trailers,
+    // INTERNAL in headers: two failures out of four.
+    for path in ["/14", "/0", "/5", "/header-13"] {
+        let reply = fetch(
+            &client,
+            request(Proto::Http2, server.addr, "POST", path, ""),
+        )
+        .await;
+        assert_eq!(reply.status, 200);
+    }
+    let report = probe_until(&client, Proto::Http2, server.addr, |r| {
+        r.error_rate == Some(0.5)
+    })
+    .await;
+    assert_eq!(report.error_rate, Some(0.5), "{report:?}");
+    assert_eq!(tracker.rif(), 0);
+}
