@@ -279,3 +279,36 @@ async fn trace_replay_on_a_subset_of_replicas() {
     backend.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A capacity-loss episode halves the cores from 200 ms on: a 50 ms query that arrives after
+/// that takes at least 100 ms.
+#[tokio::test]
+async fn capacity_loss_episode_slows_cpu_work() {
+    let backend = start(
+        r#"count = 1
+           [capacity]
+           cost = { kind = "constant", value = "50ms" }
+           allocation_cores = 1.0
+           [[episodes]]
+           servers = [0]
+           start = "200ms"
+           end = "1h"
+           capacity_loss = 0.5"#,
+        1,
+    )
+    .await;
+    let tracker = std::sync::Arc::clone(backend.replicas().next().unwrap().tracker());
+    while tracker.clock().now() < Time::from_millis(200) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let client = client(Proto::Http1);
+    let start = Instant::now();
+    let (status, _, _) = get(&client, Proto::Http1, backend.addrs()[0], "/").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        start.elapsed() >= Duration::from_millis(99),
+        "{:?}",
+        start.elapsed()
+    );
+    backend.shutdown().await;
+}

@@ -50,6 +50,19 @@ struct State {
 }
 
 impl State {
+    /// Applies the capacity changes (episode edges, antagonist redraws) due since the last
+    /// call: all at once at `now`, at most one timer lag late.
+    fn catch_up(&mut self, now: Time) {
+        if self
+            .model
+            .next_change(self.last_step)
+            .is_some_and(|change| change <= now)
+        {
+            self.model.on_change(now, &mut self.rng, &mut self.done);
+        }
+        self.last_step = self.last_step.max(now);
+    }
+
     /// Wakes the queries whose jobs are in `done`.
     fn release_done(&mut self) {
         for job in self.done.drain(..) {
@@ -127,6 +140,8 @@ impl EmulatedReplica {
         let (admission, error, waiter) = {
             let mut state = self.lock();
             let state = &mut *state;
+            // An arrival sees the capacity of its moment even if the driver's timer is late.
+            state.catch_up(now);
             let (admission, error) = state.model.admit(now, &mut state.rng, &mut state.done);
             state.release_done();
             let waiter = match admission {
@@ -187,16 +202,7 @@ impl EmulatedReplica {
         let now = self.clock.now();
         let mut state = self.lock();
         let state = &mut *state;
-        // Capacity changes (episode edges, antagonist redraws) due since the last step apply
-        // now: at most one timer lag late, and all of them at once if several fell in between.
-        if state
-            .model
-            .next_change(state.last_step)
-            .is_some_and(|change| change <= now)
-        {
-            state.model.on_change(now, &mut state.rng, &mut state.done);
-        }
-        state.last_step = now;
+        state.catch_up(now);
         if let Some(cpu) = state.model.cpu_mut() {
             cpu.advance(now, &mut state.done);
         }
