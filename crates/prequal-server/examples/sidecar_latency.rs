@@ -74,7 +74,9 @@ struct RunResult {
 async fn run(addr: SocketAddr, http2: bool, rate: u64, duration: Duration) -> RunResult {
     let mut builder = Client::builder(TokioExecutor::new());
     builder.http2_only(http2);
-    let client: Client<HttpConnector, Full<Bytes>> = builder.build(HttpConnector::new());
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    let client: Client<HttpConnector, Full<Bytes>> = builder.build(connector);
     let histogram = Arc::new(Mutex::new(
         Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap(),
     ));
