@@ -4,7 +4,7 @@
 //! so it fits hyper (through `hyper_util::service::TowerToHyperService`), axum
 //! (`Router::layer`) and tonic (`Server::builder().layer`) servers alike. For each request:
 //!
-//! - a request to [`PROBE_PATH`](crate::protocol::PROBE_PATH) is answered here, from the
+//! - a request to [`PROBE_PATH`] is answered here, from the
 //!   [`SharedTracker`], and never reaches the service nor counts in flight; a malformed probe
 //!   gets 400 (405 for a method other than GET/HEAD) with the reason as text;
 //! - any other request counts in flight from arrival until its response **body** ends, because
@@ -17,7 +17,7 @@
 //!   that signals a server fault (UNKNOWN, RESOURCE_EXHAUSTED, INTERNAL, UNAVAILABLE,
 //!   DATA_LOSS) in headers or trailers; DEADLINE_EXCEEDED is a timeout;
 //! - optionally ([`ProbeLayer::piggyback`], default off) every response carries the current
-//!   load in the [`LOAD_HEADER`](crate::protocol::LOAD_HEADER) header, so clients learn it
+//!   load in the [`LOAD_HEADER`] header, so clients learn it
 //!   without probing.
 //!
 //! Sync-mode Prequal sends a query hint with its probes; [`ProbeLayer::hint_hook`] lets the

@@ -9,7 +9,7 @@
 //! - [`layer`]: [`ProbeLayer`], a tower layer for hyper, axum and tonic servers that counts
 //!   requests in flight until their response body ends, records latency and outcome, and
 //!   answers probes.
-//! - [`serve`]: serving a tower service with HTTP/1.1 and h2c on one listener, with graceful
+//! - [`serve`](mod@serve): serving a tower service with HTTP/1.1 and h2c on one listener, with graceful
 //!   shutdown.
 //! - [`sidecar`]: [`Forward`], the transparent forwarder behind `prequal sidecar`.
 
