@@ -12,7 +12,7 @@
 #
 # Needs wrk and haproxy (`apt-get install -y wrk haproxy`; for the benchmark only, never for the
 # tests). Usage: crates/prequal-proxy/bench/bench-proxy.sh   (env: DURATION=15 CONNS=32
-# POLICIES="prequal round-robin")
+# POLICIES="prequal round-robin" WORKERS=0 (proxy runtime threads; 0 = one per core))
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 
@@ -104,7 +104,7 @@ echo "|------------------------|--------|--------|-----------|-----------|------
 report direct $B1 ""
 for policy in $POLICIES; do
     # The library in its zero-config form: the same data path as `prequal proxy --listen ...`.
-    start "$TARGET/release/examples/zero_config" "127.0.0.1:$PROXY" "$policy" \
+    PREQUAL_WORKERS=${WORKERS:-0} start "$TARGET/release/examples/zero_config" "127.0.0.1:$PROXY" "$policy" \
         "127.0.0.1:$B1" "127.0.0.1:$B2"
     pid=$LAST
     wait_port $PROXY

@@ -9,8 +9,35 @@ use std::process::ExitCode;
 
 use prequal_proxy::{Proxy, ProxyConfig};
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    // PREQUAL_WORKERS=N picks the number of runtime threads (default: one per core; 1 runs
+    // everything on the current thread).
+    let workers: usize = std::env::var("PREQUAL_WORKERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let runtime = match workers {
+        1 => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        0 => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build(),
+        n => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_all()
+            .build(),
+    };
+    match runtime {
+        Ok(runtime) => runtime.block_on(run()),
+        Err(error) => {
+            eprintln!("{error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [listen, policy, upstreams @ ..] = args.as_slice() else {
         eprintln!("usage: zero_config LISTEN POLICY UPSTREAM...");
@@ -35,15 +62,6 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let stop = async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .map_err(|e| eprintln!("{e}"))
-            .ok();
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
-        }
-    };
-    proxy.run(stop).await;
+    proxy.run(prequal_proxy::shutdown_signal()).await;
     ExitCode::SUCCESS
 }

@@ -91,6 +91,9 @@ pub struct ServerConfig {
     /// How long shutdown waits for in-flight requests. Default `30s`.
     #[serde(with = "humantime_serde")]
     pub drain_timeout: Duration,
+    /// Runtime threads for `prequal proxy`: 0 means one per core, 1 runs everything on one
+    /// thread (the least CPU per request). Default 0.
+    pub worker_threads: usize,
 }
 
 impl Default for ServerConfig {
@@ -100,6 +103,7 @@ impl Default for ServerConfig {
             max_header_bytes: 65_536,
             max_body_bytes: 104_857_600,
             drain_timeout: Duration::from_secs(30),
+            worker_threads: 0,
         }
     }
 }

@@ -43,4 +43,4 @@ pub mod routing;
 pub mod server;
 
 pub use config::{ClusterConfig, ConfigError, ProxyConfig, RouteConfig, UpstreamProtocol};
-pub use server::{Proxy, ProxyError, ProxyHandle};
+pub use server::{Proxy, ProxyError, ProxyHandle, shutdown_signal};

@@ -255,3 +255,29 @@ async fn handle(
     metrics.response(response.status().as_u16());
     Ok(response)
 }
+
+/// Completes on SIGINT or SIGTERM (on Unix; SIGINT only elsewhere): the shutdown future
+/// `prequal proxy` passes to [`Proxy::run`].
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut stream) => {
+                stream.recv().await;
+            }
+            // Without a SIGTERM handler the default action (exit) applies; wait for SIGINT.
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+    tracing::info!("shutdown signal received; draining");
+}
