@@ -78,6 +78,16 @@ pub async fn forward(
     {
         parts.headers.insert(header::HOST, value);
     }
+    if cluster.version() == http::Version::HTTP_2
+        && let Some(host) = parts.headers.remove(header::HOST)
+    {
+        // Over HTTP/2 the replica's address becomes :authority, and a Host that differs from
+        // it is not allowed (RFC 9113 section 8.3.1); the client's host goes in
+        // X-Forwarded-Host instead.
+        if !parts.headers.contains_key("x-forwarded-host") {
+            parts.headers.insert("x-forwarded-host", host);
+        }
+    }
     strip_hop_by_hop(&mut parts.headers, true);
     add_forwarding(&mut parts.headers, client, parts.version);
     let replayable = body.is_end_stream();

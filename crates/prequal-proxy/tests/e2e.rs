@@ -338,3 +338,51 @@ over_h1_and_h2!(
     a_config_file_change_reloads_and_a_bad_file_is_refused,
     file_change_reloads
 );
+
+async fn forwarding_headers(proto: Proto) {
+    let backend = Backend::start().await;
+    let proxy = start_proxy(&config_text(&[&backend], proto, "\"round-robin\"", "")).await;
+    let mut request = http::Request::get(format!("http://{}/echo-headers", proxy.addr))
+        .header("host", "app.example")
+        .header("x-forwarded-for", "10.1.2.3");
+    if proto == Proto::H1 {
+        // Connection-specific headers exist only in HTTP/1.1.
+        request = request
+            .header("connection", "x-private")
+            .header("x-private", "secret")
+            .header("keep-alive", "timeout=5");
+    }
+    let request = request
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    let response = client(proto).request(request).await.unwrap();
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let seen = String::from_utf8_lossy(&body).into_owned();
+    assert!(
+        seen.contains("x-forwarded-for: 10.1.2.3, 127.0.0.1"),
+        "{seen}"
+    );
+    assert!(
+        seen.contains("forwarded: for=127.0.0.1;proto=http"),
+        "{seen}"
+    );
+    assert!(
+        seen.contains("via: 1.1 prequal") || seen.contains("via: 2 prequal"),
+        "{seen}"
+    );
+    assert!(
+        !seen.contains("x-private") && !seen.contains("keep-alive"),
+        "{seen}"
+    );
+    match proto {
+        Proto::H1 => assert!(seen.contains("host: app.example"), "{seen}"),
+        Proto::H2 => assert!(seen.contains("x-forwarded-host: app.example"), "{seen}"),
+    }
+}
+over_h1_and_h2!(
+    forwarding_headers_are_set_and_hop_by_hop_removed,
+    forwarding_headers
+);

@@ -141,6 +141,15 @@ impl BackendState {
             };
             return Ok(Response::new(TestBody::text(encode_reply(&report))));
         }
+        if req.uri().path() == "/echo-headers" {
+            let mut lines: Vec<String> = req
+                .headers()
+                .iter()
+                .map(|(k, v)| format!("{k}: {}", v.to_str().unwrap_or("?")))
+                .collect();
+            lines.sort();
+            return Ok(Response::new(TestBody::text(lines.join("\n"))));
+        }
         if req.uri().path() == "/trailers" {
             // A gRPC-style answer: data, then the status in trailers.
             let mut trailers = HeaderMap::new();
