@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use prequal_proxy::{Proxy, ProxyConfig, ProxyHandle, reload};
+use prequal_proxy::{Proxy, ProxyConfig, ProxyHandle, reload, shutdown_signal};
 
 /// Arguments of `prequal proxy`.
 #[derive(clap::Args, Debug)]
@@ -57,7 +57,19 @@ pub fn run(args: &Args) -> Result<()> {
         .with_writer(std::io::stderr)
         .try_init();
     let config = load(args)?;
-    let runtime = tokio::runtime::Runtime::new().context("prequal proxy: starting tokio")?;
+    let runtime = match config.server.worker_threads {
+        0 => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build(),
+        1 => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        n => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_all()
+            .build(),
+    }
+    .context("prequal proxy: starting tokio")?;
     runtime.block_on(async {
         let proxy = Proxy::bind(&config).await.context("prequal proxy")?;
         let listen = proxy
@@ -95,30 +107,6 @@ fn load(args: &Args) -> Result<ProxyConfig> {
     let mut config = ProxyConfig::zero_config(listen, args.upstream.clone(), &args.policy)?;
     config.admin.listen = args.admin;
     Ok(config)
-}
-
-/// Completes on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut stream) => {
-                stream.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
-    }
-    tracing::info!("shutdown signal received; draining");
 }
 
 /// Reloads the config file on SIGHUP; file changes are picked up by
