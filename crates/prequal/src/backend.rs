@@ -74,6 +74,7 @@ pub struct Args {
 
 /// Runs the backend until a signal or `--duration`.
 pub fn run(args: &Args) -> Result<()> {
+    crate::sidecar::init_logging();
     let spec = spec_from_args(args)?;
     let bind = Bind {
         host: args.host,

@@ -16,10 +16,11 @@ use prequal_server::{Forward, ProbeLayer, SharedTracker, serve, shutdown_signal}
 /// Arguments of `prequal sidecar`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Address to listen on, e.g. 127.0.0.1:8081 (HTTP/1.1 and h2c on the same port).
-    #[arg(long)]
+    /// Address to listen on, `host:port` or `:port` (all interfaces); HTTP/1.1 and h2c on the
+    /// same port.
+    #[arg(long, value_parser = parse_listen)]
     listen: SocketAddr,
-    /// The replica to forward to, as host:port.
+    /// The replica to forward to, as host:port (an `http://` prefix is accepted).
     #[arg(long)]
     upstream: String,
     /// Add the `prequal-load` header with the current load to every response.
@@ -39,8 +40,18 @@ pub struct Args {
     drain: Duration,
 }
 
+fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    let full = match text.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => text.to_string(),
+    };
+    full.parse()
+        .map_err(|e| format!("{text:?} is not `host:port` or `:port`: {e}"))
+}
+
 /// Runs the sidecar until SIGINT or SIGTERM.
 pub fn run(args: &Args) -> Result<()> {
+    init_logging();
     let estimator = EstimatorConfig {
         window: args.window,
         min_samples: args.min_samples,
@@ -49,7 +60,12 @@ pub fn run(args: &Args) -> Result<()> {
     estimator
         .validate()
         .context("prequal sidecar: bad estimator flag")?;
-    let forward = Forward::new(&args.upstream).context("prequal sidecar: bad --upstream")?;
+    let upstream = args
+        .upstream
+        .strip_prefix("http://")
+        .unwrap_or(&args.upstream);
+    let upstream = upstream.trim_end_matches('/');
+    let forward = Forward::new(upstream).context("prequal sidecar: bad --upstream")?;
     let tracker = Arc::new(SharedTracker::new(estimator));
     let service = tower::ServiceBuilder::new()
         .layer(ProbeLayer::new(tracker).piggyback(args.piggyback))
@@ -67,4 +83,29 @@ pub fn run(args: &Args) -> Result<()> {
         serve(listener, service, shutdown_signal(), args.drain).await;
         Ok(())
     })
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default: warnings and errors).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_accepts_a_bare_port() {
+        assert_eq!(parse_listen(":8081"), Ok("0.0.0.0:8081".parse().unwrap()));
+        assert_eq!(
+            parse_listen("127.0.0.1:1"),
+            Ok("127.0.0.1:1".parse().unwrap())
+        );
+        assert!(parse_listen("nowhere").is_err());
+    }
 }
