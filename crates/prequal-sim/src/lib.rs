@@ -4,6 +4,7 @@
 //! sans-IO server model ([`model`]) it shares with the live backend.
 
 pub mod engine;
+pub mod hash;
 pub mod metrics;
 pub mod model;
 pub mod plot;

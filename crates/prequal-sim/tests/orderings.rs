@@ -1,5 +1,8 @@
 //! The orderings that define each reproduced result, on scaled-down scenarios in virtual time.
 
+// Test helpers outside #[test] functions may unwrap: a failure there is a test failure.
+#![allow(clippy::unwrap_used)]
+
 use std::path::{Path, PathBuf};
 
 use prequal_core::PolicyConfig;

@@ -1,6 +1,5 @@
 //! Client-side events: arrivals, picks, dispatch, responses, deadlines, probes and timers.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use prequal_core::{
@@ -9,7 +8,9 @@ use prequal_core::{
 use rand::rngs::SmallRng;
 use rand_distr::{Distribution as _, Exp1};
 
+use super::expiry::Expiries;
 use super::{Event, Sim};
+use crate::hash::IdMap;
 use crate::scenario::Arrivals;
 
 /// One query a client has issued and not yet finished.
@@ -30,8 +31,10 @@ pub(super) struct Client {
     rng: SmallRng,
     slots: Vec<Slot>,
     free: Vec<u32>,
-    probes: HashMap<u64, (ProbeRequest, Option<prequal_core::LoadReport>)>,
+    probes: IdMap<u64, (ProbeRequest, Option<prequal_core::LoadReport>)>,
     timer: Option<Time>,
+    deadlines: Expiries,
+    probe_timeouts: Expiries,
 }
 
 fn query_id(slot: u32, generation: u32) -> u64 {
@@ -45,8 +48,10 @@ impl Client {
             rng,
             slots: Vec::new(),
             free: Vec::new(),
-            probes: HashMap::new(),
+            probes: IdMap::default(),
             timer: None,
+            deadlines: Expiries::default(),
+            probe_timeouts: Expiries::default(),
         }
     }
 
@@ -158,9 +163,12 @@ impl Sim<'_> {
                 query,
             },
         );
-        if let Some(deadline) = self.compiled.scenario.clients.deadline {
-            self.queue
-                .push(issued + deadline, Event::Deadline { client: c, query });
+        if let Some(deadline) = self.compiled.scenario.clients.deadline
+            && let Some(at) = self.clients[c as usize]
+                .deadlines
+                .push(issued + deadline, query)
+        {
+            self.queue.push(at, Event::Deadline(c));
         }
     }
 
@@ -197,7 +205,26 @@ impl Sim<'_> {
         self.complete(c, query, outcome);
     }
 
-    pub(super) fn on_deadline(&mut self, c: u32, query: u64) {
+    pub(super) fn on_deadlines(&mut self, c: u32) {
+        let mut due = std::mem::take(&mut self.expired);
+        let client = &mut self.clients[c as usize];
+        let slots = &client.slots;
+        let waiting = |q: u64| {
+            slots
+                .get((q & 0xFFFF_FFFF) as usize)
+                .is_some_and(|s| s.live && s.generation == (q >> 32) as u32)
+        };
+        if let Some(at) = client.deadlines.pop_due(self.now, &mut due, waiting) {
+            self.queue.push(at, Event::Deadline(c));
+        }
+        for &query in &due {
+            self.on_deadline(c, query);
+        }
+        due.clear();
+        self.expired = due;
+    }
+
+    fn on_deadline(&mut self, c: u32, query: u64) {
         let Some(slot) = self.clients[c as usize].get(query).copied() else {
             return;
         };
@@ -238,14 +265,10 @@ impl Sim<'_> {
                     probe: id,
                 },
             );
-            if let Some(t) = timeout {
-                self.queue.push(
-                    now + t,
-                    Event::ProbeTimeout {
-                        client: c,
-                        probe: id,
-                    },
-                );
+            if let Some(t) = timeout
+                && let Some(at) = self.clients[c as usize].probe_timeouts.push(now + t, id)
+            {
+                self.queue.push(at, Event::ProbeTimeout(c));
             }
         }
         self.arm_timer(c);
@@ -302,7 +325,22 @@ impl Sim<'_> {
         }
     }
 
-    pub(super) fn on_probe_timeout(&mut self, c: u32, probe: u64) {
+    pub(super) fn on_probe_timeouts(&mut self, c: u32) {
+        let mut due = std::mem::take(&mut self.expired);
+        let client = &mut self.clients[c as usize];
+        let probes = &client.probes;
+        let pending = |p: u64| probes.contains_key(&p);
+        if let Some(at) = client.probe_timeouts.pop_due(self.now, &mut due, pending) {
+            self.queue.push(at, Event::ProbeTimeout(c));
+        }
+        for &probe in &due {
+            self.on_probe_timeout(c, probe);
+        }
+        due.clear();
+        self.expired = due;
+    }
+
+    fn on_probe_timeout(&mut self, c: u32, probe: u64) {
         let now = self.now;
         let client = &mut self.clients[c as usize];
         if let Some((request, _)) = client.probes.remove(&probe) {

@@ -18,6 +18,7 @@
 //! their own stream seeded by the scenario seed and the replica index, untouched by traffic.
 
 mod client;
+mod expiry;
 mod server;
 
 use std::time::Duration;
@@ -74,20 +75,14 @@ enum Event {
         client: u32,
         query: u64,
     },
-    CpuWake {
-        server: u32,
-        generation: u32,
-    },
+    CpuWake(u32),
     Change(u32),
     Response {
         client: u32,
         query: u64,
         error: bool,
     },
-    Deadline {
-        client: u32,
-        query: u64,
-    },
+    Deadline(u32),
     ProbeAtServer {
         client: u32,
         server: u32,
@@ -97,10 +92,7 @@ enum Event {
         client: u32,
         probe: u64,
     },
-    ProbeTimeout {
-        client: u32,
-        probe: u64,
-    },
+    ProbeTimeout(u32),
     Timer(u32),
     Tick,
 }
@@ -127,6 +119,7 @@ struct Sim<'a> {
     net_rng: SmallRng,
     recorder: Recorder,
     done: Vec<crate::model::JobId>,
+    expired: Vec<u64>,
     events: u64,
 }
 
@@ -198,6 +191,7 @@ impl<'a> Sim<'a> {
             net_rng: SmallRng::seed_from_u64(derive_seed(seed, 4, 0)),
             recorder,
             done: Vec::new(),
+            expired: Vec::new(),
             events: 0,
         })
     }
@@ -233,21 +227,21 @@ impl<'a> Sim<'a> {
                 client,
                 query,
             } => self.on_server_done(server, slot, client, query),
-            Event::CpuWake { server, generation } => self.on_cpu_wake(server, generation),
+            Event::CpuWake(s) => self.on_cpu_wake(s),
             Event::Change(s) => self.on_change(s),
             Event::Response {
                 client,
                 query,
                 error,
             } => self.on_response(client, query, error),
-            Event::Deadline { client, query } => self.on_deadline(client, query),
+            Event::Deadline(c) => self.on_deadlines(c),
             Event::ProbeAtServer {
                 client,
                 server,
                 probe,
             } => self.on_probe_at_server(client, server, probe),
             Event::ProbeReply { client, probe } => self.on_probe_reply(client, probe),
-            Event::ProbeTimeout { client, probe } => self.on_probe_timeout(client, probe),
+            Event::ProbeTimeout(c) => self.on_probe_timeouts(c),
             Event::Timer(c) => self.on_timer(c),
             Event::Tick => self.on_tick(),
         }

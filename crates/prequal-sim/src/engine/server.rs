@@ -1,13 +1,12 @@
 //! Replica-side events: query arrival and service, CPU wake-ups, capacity changes, probes and
 //! the once-a-second utilisation sample.
 
-use std::collections::HashMap;
-
 use prequal_core::{Arrival, LoadReport, LoadTracker, Outcome, Time};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
 use super::{Event, Sim};
+use crate::hash::IdMap;
 use crate::model::{Admission, JobId, ReplicaModel};
 use crate::scenario::Compiled;
 
@@ -30,9 +29,9 @@ pub(super) struct Server {
     antagonist_rng: SmallRng,
     jobs: Vec<Job>,
     free: Vec<u32>,
-    by_cpu: HashMap<JobId, u32>,
+    by_cpu: IdMap<JobId, u32>,
+    /// The earliest CPU wake-up in the event queue.
     wake: Option<Time>,
-    generation: u32,
     mark: (Time, f64),
     /// Utilisation over the last full second, once there was one.
     last_utilization: Option<f64>,
@@ -50,9 +49,8 @@ impl Server {
             antagonist_rng,
             jobs: Vec::new(),
             free: Vec::new(),
-            by_cpu: HashMap::new(),
+            by_cpu: IdMap::default(),
             wake: None,
-            generation: 0,
             mark: (Time::ZERO, 0.0),
             last_utilization: None,
         }
@@ -181,31 +179,25 @@ impl Sim<'_> {
         }
         self.done = done;
         self.done.clear();
+        // Arm a wake-up only when the next completion moved earlier than the one armed: most
+        // changes (arrivals) only push completions later, and an early wake-up that finds
+        // nothing due simply re-arms. This keeps stale wake-ups out of the event queue.
         let server = &mut self.servers[s as usize];
         let next = server.model.cpu().and_then(|c| c.next_completion());
-        if next != server.wake {
-            server.wake = next;
-            server.generation = server.generation.wrapping_add(1);
-            if let Some(at) = next {
-                let generation = server.generation;
-                self.queue.push(
-                    at,
-                    Event::CpuWake {
-                        server: s,
-                        generation,
-                    },
-                );
-            }
+        if let Some(at) = next
+            && server.wake.is_none_or(|armed| at < armed)
+        {
+            server.wake = Some(at);
+            self.queue.push(at, Event::CpuWake(s));
         }
     }
 
-    pub(super) fn on_cpu_wake(&mut self, s: u32, generation: u32) {
+    pub(super) fn on_cpu_wake(&mut self, s: u32) {
         let now = self.now;
         let server = &mut self.servers[s as usize];
-        if server.generation != generation {
-            return;
+        if server.wake == Some(now) {
+            server.wake = None;
         }
-        server.wake = None;
         if let Some(cpu) = server.model.cpu_mut() {
             cpu.advance(now, &mut self.done);
         }

@@ -15,10 +15,12 @@
 //! simulator, elapsed real time in the live backend) and asks [`CpuModel::next_completion`]
 //! when to come back.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use prequal_core::Time;
+
+use crate::hash::IdMap;
 
 /// A job's identity inside one [`CpuModel`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -35,7 +37,7 @@ pub struct CpuModel {
     attained: f64,
     last: Time,
     jobs: BTreeSet<(u64, JobId)>,
-    tags: HashMap<JobId, u64>,
+    tags: IdMap<JobId, u64>,
     next_id: u64,
     busy_core_nanos: f64,
 }
@@ -59,7 +61,7 @@ impl CpuModel {
             attained: 0.0,
             last: Time::ZERO,
             jobs: BTreeSet::new(),
-            tags: HashMap::new(),
+            tags: IdMap::default(),
             next_id: 0,
             busy_core_nanos: 0.0,
         }
