@@ -13,20 +13,28 @@
 //! "Recent" adapts to the rate. At moderate and high rates the samples of the last few
 //! milliseconds are plenty, so the estimate uses only those that finished within
 //! [`EstimatorConfig::window`] (default 10 ms). At low rates that window is nearly empty, so the
-//! estimate falls back to the [`EstimatorConfig::min_samples`] newest samples (default 16),
-//! however old.
+//! estimate falls back to the [`EstimatorConfig::min_samples`] newest samples (default 16).
+//!
+//! Samples older than [`EstimatorConfig::max_age`] (default 1 s) do not count as "at this RIF":
+//! a replica that was fast at RIF 0 an hour ago and is slow now must not report the old speed
+//! just because its RIF fell back to 0. The search for samples near the current RIF skips stale
+//! ones and widens to other RIFs for fresh ones; only when the whole replica has fewer than
+//! `min_samples` fresh samples (it has been idle) does the estimate use the newest samples of
+//! any RIF, however old.
 //!
 //! ## Data structure
 //!
 //! [`LatencyEstimator`] keeps one bucket per arrival RIF: exact for RIF 0 to 15, then four
 //! buckets per doubling (16-19, 20-23, 24-27, 28-31, 32-39, ...), so nearby RIFs share a bucket
 //! exactly where they behave alike. Each bucket is a ring of the last 32 samples, allocated once
-//! in [`LatencyEstimator::new`]. Recording writes one slot: O(1), no allocation. Estimating reads
-//! the bucket of the current RIF and, while it has fewer than `min_samples` samples, widens to
-//! the neighbouring buckets on both sides; it keeps the samples inside the window (or the
-//! `min_samples` newest if too few are recent) and returns their median, selected in a stack
-//! buffer with `select_nth_unstable`. That is a bounded amount of work however long the replica
-//! has run.
+//! in [`LatencyEstimator::new`], plus one more ring of the newest 32 samples of any RIF.
+//! Recording writes two slots: O(1), no allocation. Estimating reads the fresh samples of the
+//! bucket of the current RIF and, while it has fewer than `min_samples`, widens to the
+//! neighbouring buckets on both sides (a bucket whose newest sample is stale is skipped without
+//! reading it); it keeps the samples inside the window (or the `min_samples` newest if too few
+//! are recent) and returns their median, selected in a stack buffer with `select_nth_unstable`.
+//! With too few fresh samples anywhere it takes the newest of the any-RIF ring. That is a bounded
+//! amount of work however long the replica has run.
 //!
 //! [`LoadTracker`] combines the RIF counter, the estimator, and bucketed counters of completions
 //! and errors over [`EstimatorConfig::rate_window`] (default 1 s) into a [`LoadReport`].
@@ -87,6 +95,11 @@ pub struct EstimatorConfig {
     /// Between 10 ms and 1 hour.
     #[serde(with = "humantime_serde")]
     pub rate_window: Duration,
+    /// `max_age`, default `"1s"`: samples older than this are stale and never stand for the
+    /// current RIF; they are used only when the replica has too few fresh samples at any RIF.
+    /// Must be at least `window`.
+    #[serde(with = "humantime_serde")]
+    pub max_age: Duration,
 }
 
 impl Default for EstimatorConfig {
@@ -95,6 +108,7 @@ impl Default for EstimatorConfig {
             window: Duration::from_millis(10),
             min_samples: 16,
             rate_window: Duration::from_secs(1),
+            max_age: Duration::from_secs(1),
         }
     }
 }
@@ -127,6 +141,15 @@ impl EstimatorConfig {
             return bad(
                 "rate_window",
                 format!("must be between 10ms and 1h, got {:?}", self.rate_window),
+            );
+        }
+        if self.max_age < self.window {
+            return bad(
+                "max_age",
+                format!(
+                    "must be at least `window` ({:?}), got {:?}",
+                    self.window, self.max_age
+                ),
             );
         }
         Ok(())
@@ -170,6 +193,14 @@ impl Bucket {
     fn filled(&self) -> &[Sample] {
         &self.samples[..usize::from(self.len)]
     }
+
+    /// When the newest sample was recorded (0 when empty).
+    fn newest_at(&self) -> u64 {
+        if self.len == 0 {
+            return 0;
+        }
+        self.samples[(usize::from(self.next) + RING - 1) % RING].at
+    }
 }
 
 /// The bucket that holds samples tagged with `rif`.
@@ -192,9 +223,8 @@ fn bucket_of(rif: u32) -> usize {
 pub struct LatencyEstimator {
     config: EstimatorConfig,
     buckets: Box<[Bucket]>,
-    /// Samples held across all buckets (saturates once every ring is full), so a widening
-    /// search can stop when it has seen them all.
-    stored: usize,
+    /// The newest samples of any RIF: the fallback when no RIF has enough fresh ones.
+    newest: Bucket,
 }
 
 impl LatencyEstimator {
@@ -208,7 +238,7 @@ impl LatencyEstimator {
         Self {
             config,
             buckets: vec![Bucket::default(); BUCKETS].into_boxed_slice(),
-            stored: 0,
+            newest: Bucket::default(),
         }
     }
 
@@ -220,26 +250,30 @@ impl LatencyEstimator {
     /// Records that a query which arrived when `rif_at_arrival` others were in flight took
     /// `latency`, finishing at `now`.
     pub fn record(&mut self, rif_at_arrival: u32, latency: Duration, now: Time) {
-        let bucket = &mut self.buckets[bucket_of(rif_at_arrival)];
-        if usize::from(bucket.len) < RING {
-            self.stored += 1;
-        }
-        bucket.push(Sample {
+        let sample = Sample {
             at: now.as_nanos(),
             latency: duration_nanos(latency),
-        });
+        };
+        self.buckets[bucket_of(rif_at_arrival)].push(sample);
+        self.newest.push(sample);
     }
 
     /// Median of recent samples at or near `rif`; None before any sample.
     pub fn estimate(&self, rif: u32, now: Time) -> Option<Duration> {
+        let now = now.as_nanos();
         let mut buf = [Sample::default(); GATHER];
-        let gathered = self.gather(bucket_of(rif), &mut buf);
+        let mut gathered = self.gather(bucket_of(rif), now, &mut buf);
+        if gathered < self.config.min_samples {
+            // Idle replica: too few fresh samples at any RIF, so the newest of any age.
+            let newest = self.newest.filled();
+            buf[..newest.len()].copy_from_slice(newest);
+            gathered = newest.len();
+        }
         if gathered == 0 {
             return None;
         }
         let samples = &mut buf[..gathered];
         // Move the samples inside the window to the front.
-        let now = now.as_nanos();
         let window = duration_nanos(self.config.window);
         let mut recent = 0;
         for i in 0..samples.len() {
@@ -261,31 +295,47 @@ impl LatencyEstimator {
         Some(Duration::from_nanos(median(chosen)))
     }
 
-    /// Copies samples into `buf` from the bucket `center` outwards, alternating below and
-    /// above, until at least `min_samples` are in or every stored sample was seen. Returns
-    /// how many were copied.
-    fn gather(&self, center: usize, buf: &mut [Sample; GATHER]) -> usize {
-        let wanted = self.config.min_samples.min(self.stored);
-        let mut count = self.copy_bucket(center, buf, 0);
+    /// Copies the fresh samples (no older than `max_age`) into `buf` from the bucket `center`
+    /// outwards, alternating below and above, until at least `min_samples` are in or every
+    /// bucket was visited. Returns how many were copied.
+    fn gather(&self, center: usize, now: u64, buf: &mut [Sample; GATHER]) -> usize {
+        let wanted = self.config.min_samples;
+        let oldest = now.saturating_sub(duration_nanos(self.config.max_age));
+        let mut count = self.copy_fresh(center, oldest, buf, 0);
         let mut distance = 1;
         while count < wanted && distance < BUCKETS {
             if let Some(below) = center.checked_sub(distance) {
-                count = self.copy_bucket(below, buf, count);
+                count = self.copy_fresh(below, oldest, buf, count);
             }
             if count < wanted && center + distance < BUCKETS {
-                count = self.copy_bucket(center + distance, buf, count);
+                count = self.copy_fresh(center + distance, oldest, buf, count);
             }
             distance += 1;
         }
         count
     }
 
-    fn copy_bucket(&self, index: usize, buf: &mut [Sample; GATHER], count: usize) -> usize {
-        let filled = self.buckets[index].filled();
+    /// Appends the samples of bucket `index` recorded at or after `oldest`.
+    fn copy_fresh(
+        &self,
+        index: usize,
+        oldest: u64,
+        buf: &mut [Sample; GATHER],
+        count: usize,
+    ) -> usize {
+        let bucket = &self.buckets[index];
+        if bucket.len == 0 || bucket.newest_at() < oldest {
+            return count;
+        }
         // Never overflows: copying starts only while count < min_samples <= RING.
-        let take = filled.len().min(GATHER - count);
-        buf[count..count + take].copy_from_slice(&filled[..take]);
-        count + take
+        let mut count = count;
+        for sample in bucket.filled() {
+            if sample.at >= oldest && count < GATHER {
+                buf[count] = *sample;
+                count += 1;
+            }
+        }
+        count
     }
 }
 

@@ -338,3 +338,30 @@ mod properties {
         }
     }
 }
+
+/// The beyond-round-robin failure mode: a replica that was fast at RIF 0 long ago, then slow
+/// at RIF 1 to 10 just now, must not report its old speed when its RIF falls back to 0.
+#[test]
+fn stale_samples_at_the_current_rif_do_not_hide_a_fresh_slowdown() {
+    let mut est = estimator();
+    for i in 0..32 {
+        est.record(0, ms(167), Time::from_millis(i * 10));
+    }
+    let slow_done = Time::from_secs(20);
+    for rif in 1..=20 {
+        est.record(rif, ms(2000), slow_done);
+    }
+    // Right after the slow queries drained, RIF 0's own samples are 19 s old.
+    assert_eq!(est.estimate(0, slow_done + ms(5)), Some(ms(2000)));
+    // Idle for a long time: no fresh samples anywhere, so the newest of any RIF still speak.
+    assert_eq!(est.estimate(0, Time::from_secs(60)), Some(ms(2000)));
+}
+
+#[test]
+fn max_age_below_window_is_rejected() {
+    let config = EstimatorConfig {
+        max_age: ms(5),
+        ..EstimatorConfig::default()
+    };
+    assert_eq!(config.validate().map_err(|e| e.key), Err("max_age"));
+}
