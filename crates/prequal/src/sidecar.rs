@@ -56,6 +56,8 @@ pub fn run(args: &Args) -> Result<()> {
         window: args.window,
         min_samples: args.min_samples,
         rate_window: args.rate_window,
+        // Settings without a flag keep the core's documented defaults.
+        ..EstimatorConfig::default()
     };
     estimator
         .validate()
