@@ -386,3 +386,90 @@ over_h1_and_h2!(
     forwarding_headers_are_set_and_hop_by_hop_removed,
     forwarding_headers
 );
+
+async fn outlier_ejection(proto: Proto) {
+    let backends = futures_join(3).await;
+    backends[0].set_status(502);
+    let refs: Vec<&Backend> = backends.iter().collect();
+    let extra = "outlier = { consecutive_failures = 3, base_ejection = \"60s\" }";
+    let proxy = start_proxy(&config_text(&refs, proto, "\"round-robin\"", extra)).await;
+    let client = client(proto);
+    // Round robin sends it every third try until three failures in a row eject it; retries
+    // hide each failure from the client.
+    assert_eq!(load(&client, proxy.addr, 30, 1).await, 30);
+    let failing = backends[0].hits();
+    assert_eq!(failing, 3, "ejected after exactly three failures");
+    assert_eq!(load(&client, proxy.addr, 100, 2).await, 100);
+    assert_eq!(
+        backends[0].hits(),
+        failing,
+        "an ejected replica gets no traffic"
+    );
+    let admin = client_again(Proto::H1);
+    let metrics = get(&admin, proxy.admin, "/metrics").await.1;
+    assert_eq!(
+        metric(&metrics, "prequal_proxy_ejected_replicas{cluster=\"test\"}"),
+        1.0
+    );
+    let view = get(&admin, proxy.admin, "/clusters/test").await.1;
+    assert!(view.contains("\"ejected\": true"), "{view}");
+}
+over_h1_and_h2!(
+    outlier_ejection_stops_traffic_to_a_failing_replica,
+    outlier_ejection
+);
+
+async fn slow_try_is_retried(proto: Proto) {
+    let backends = futures_join(2).await;
+    backends[0].set_delay_ms(5_000);
+    let refs: Vec<&Backend> = backends.iter().collect();
+    let extra = "try_timeout = \"100ms\"\noutlier_ejection = false";
+    let proxy = start_proxy(&config_text(&refs, proto, "\"round-robin\"", extra)).await;
+    let client = client(proto);
+    assert_eq!(
+        load(&client, proxy.addr, 8, 1).await,
+        8,
+        "every GET succeeded"
+    );
+    assert_eq!(backends[1].hits(), 8);
+    assert!(
+        backends[0].hits() >= 3,
+        "the slow replica was tried and timed out"
+    );
+    let metrics = get(&client_again(Proto::H1), proxy.admin, "/metrics")
+        .await
+        .1;
+    let timeouts = metrics
+        .lines()
+        .filter(|l| l.contains("upstream_tries_total") && l.contains("outcome=\"timeout\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>();
+    assert_eq!(timeouts, backends[0].hits() as f64);
+}
+over_h1_and_h2!(a_timed_out_try_is_retried_elsewhere, slow_try_is_retried);
+
+async fn body_limit(proto: Proto) {
+    let backend = Backend::start().await;
+    let text = config_text(&[&backend], proto, "\"round-robin\"", "").replace(
+        "drain_timeout = \"5s\"",
+        "drain_timeout = \"5s\"\nmax_body_bytes = 16",
+    );
+    let proxy = start_proxy(&text).await;
+    let post = |len: usize| {
+        http::Request::post(format!("http://{}/upload", proxy.addr))
+            .body(http_body_util::Full::new(bytes::Bytes::from(vec![
+                b'x';
+                len
+            ])))
+            .unwrap()
+    };
+    let client = client(proto);
+    assert_eq!(client.request(post(16)).await.unwrap().status(), 200);
+    assert_eq!(client.request(post(17)).await.unwrap().status(), 413);
+    assert_eq!(
+        backend.hits(),
+        1,
+        "the oversized body never reached the replica"
+    );
+}
+over_h1_and_h2!(bodies_over_the_limit_get_413, body_limit);
