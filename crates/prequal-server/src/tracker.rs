@@ -11,9 +11,10 @@
 //!   `on_finish`. The core tracker's own RIF counter is not used (it stays at 0); the atomic is
 //!   the source of truth and is merged into every [`SharedTracker::report`].
 //!
-//! The benchmark `benches/tracker.rs` measures the cost of one arrival + finish, uncontended and
-//! with two threads contending; see the crate's report figures. A sharded variant was not needed
-//! at those figures.
+//! The benchmark `benches/tracker.rs` measures one arrival + finish. On a shared 2-vCPU VM: about
+//! 13 ns with the time handed in, 46 ns with a second thread hammering the same tracker, and
+//! about 100 ns with the two clock reads a real request needs (`Instant::now` alone costs 30-40
+//! ns there). The lock is not the bottleneck, so the samples are not sharded.
 //!
 //! Time comes from a [`Clock`]: the real monotonic clock by default, or any source of [`Time`]
 //! the caller hands in (the `*_at` methods), so tests never depend on the wall clock.
