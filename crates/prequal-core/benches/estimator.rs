@@ -50,7 +50,8 @@ fn estimator(c: &mut Criterion) {
         })
     });
 
-    // 10 completions a second: nothing is recent, so the newest 16 are selected by time.
+    // 10 completions a second: nothing is within the window and fewer than 16 samples are
+    // younger than `max_age`, so every bucket is visited and the newest 16 of any RIF decide.
     let (est, now) = filled(Duration::from_millis(100));
     group.bench_function("estimate/low-rate", |b| {
         b.iter(|| {
@@ -59,7 +60,7 @@ fn estimator(c: &mut Criterion) {
         })
     });
 
-    // A RIF far from every sample: the search widens across many empty buckets.
+    // A RIF far from every sample, at the low rate: the search widens across every bucket.
     group.bench_function("estimate/far-rif", |b| {
         b.iter(|| black_box(est.estimate(black_box(1_000_000), now)))
     });
