@@ -254,6 +254,10 @@ where
                     header::CONTENT_TYPE,
                     HeaderValue::from_static(protocol::REPLY_CONTENT_TYPE),
                 );
+                if status == StatusCode::METHOD_NOT_ALLOWED {
+                    let allow = HeaderValue::from_static("GET, HEAD");
+                    response.headers_mut().insert(header::ALLOW, allow);
+                }
                 Poll::Ready(Ok(response))
             }
             StateProj::Inner {

@@ -143,6 +143,12 @@ async fn malformed_probes_get_4xx_and_the_server_keeps_serving(proto: Proto) {
         let text = String::from_utf8_lossy(&reply.body);
         assert!(text.contains(reason), "{method} {path}: {text}");
     }
+    let post = fetch(
+        &client,
+        request(proto, server.addr, "POST", "/.prequal/probe?v=1", ""),
+    )
+    .await;
+    assert_eq!(post.headers.get(http::header::ALLOW).unwrap(), "GET, HEAD");
     let ok = fetch(&client, request(proto, server.addr, "GET", "/after", "")).await;
     assert_eq!(ok.status, 200);
     let report = probe(&client, proto, server.addr).await;
