@@ -26,50 +26,25 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use prequal_core::outlier::OutlierDetector;
 use prequal_core::retry_budget::RetryBudget;
 use prequal_core::{
-    Completion, LoadReport, Outcome, Pick, Policy, ProbeRequest, Query, QueryId, ReplicaChange,
-    ReplicaId, Time,
+    Completion, LoadReport, Outcome, Pick, ProbeRequest, Query, QueryId, ReplicaChange, ReplicaId,
+    Time,
 };
+use rand::SeedableRng;
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 use tokio::sync::{Notify, Semaphore, oneshot};
 
+mod state;
+
+use self::state::{Core, Member, random_seed};
 use crate::body::ProxyBody;
 use crate::config::{ClusterConfig, UpstreamProtocol};
-use crate::metrics::{ClusterMetrics, Metrics, ReplicaMetrics};
+use crate::metrics::{ClusterMetrics, Metrics};
 
 /// Probe timeout for policies that do not name one (they never probe, so it is only a bound).
 const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// The shortest sleep of the timer task, so a policy that keeps asking for "now" cannot spin it.
 const MIN_TIMER_STEP: Duration = Duration::from_micros(50);
-
-/// A replica as the driver knows it.
-#[derive(Debug)]
-struct Member {
-    authority: Authority,
-    added_at: Time,
-    /// Present when the cluster started (slow start applies only to later arrivals).
-    initial: bool,
-    /// False while outlier ejection keeps it out of the policy.
-    in_policy: bool,
-    metrics: ReplicaMetrics,
-}
-
-/// Everything behind the cluster's lock.
-#[derive(Debug)]
-struct Core {
-    policy: Box<dyn Policy>,
-    rng: SmallRng,
-    members: BTreeMap<ReplicaId, Member>,
-    by_addr: HashMap<String, ReplicaId>,
-    next_id: u32,
-    started: bool,
-    outlier: Option<OutlierDetector>,
-    budget: RetryBudget,
-    waiting: HashMap<QueryId, oneshot::Sender<Pick>>,
-    /// The deadline the timer task sleeps until.
-    armed: Option<Time>,
-}
 
 /// A probe to send, with the address it goes to (`None` if the replica left meanwhile).
 pub(crate) type Outbox = Vec<(ProbeRequest, Option<Authority>)>;
@@ -434,182 +409,6 @@ impl Cluster {
     pub fn is_ready(&self) -> bool {
         self.lock().members.values().any(|m| m.in_policy)
     }
-}
-
-impl Core {
-    /// Turns a policy decision into a dispatched try, honouring exclusion and slow start.
-    fn commit(
-        &mut self,
-        pick: Pick,
-        query: QueryId,
-        exclude: &[ReplicaId],
-        config: &ClusterConfig,
-        now: Time,
-    ) -> Option<Chosen> {
-        let mut chosen = match pick {
-            Pick::Replica(r) if self.members.get(&r).is_some_and(|m| m.in_policy) => Some(r),
-            _ => None,
-        };
-        if chosen.is_none_or(|r| exclude.contains(&r)) {
-            chosen = self.alternative(exclude, config, now).or(chosen);
-        } else if let Some(r) = chosen
-            && let Some(m) = self.members.get(&r)
-            && !m.initial
-            && config.slow_start.is_ramping(m.added_at, now)
-        {
-            let factor = config.slow_start.factor(m.added_at, now);
-            if self.rng.random_bool((1.0 - factor).clamp(0.0, 1.0)) {
-                let mut skip = exclude.to_vec();
-                skip.push(r);
-                chosen = self.alternative(&skip, config, now).or(chosen);
-            }
-        }
-        let replica = chosen?;
-        let authority = self.members.get(&replica)?.authority.clone();
-        self.policy.on_dispatch(replica, query, now);
-        Some(Chosen {
-            replica,
-            authority,
-            query,
-        })
-    }
-
-    /// A usable replica outside `exclude`, uniformly at random, preferring ones not ramping up.
-    fn alternative(
-        &mut self,
-        exclude: &[ReplicaId],
-        config: &ClusterConfig,
-        now: Time,
-    ) -> Option<ReplicaId> {
-        let usable: Vec<(ReplicaId, bool)> = self
-            .members
-            .iter()
-            .filter(|(id, m)| m.in_policy && !exclude.contains(id))
-            .map(|(id, m)| {
-                let ramping = !m.initial && config.slow_start.is_ramping(m.added_at, now);
-                (*id, ramping)
-            })
-            .collect();
-        let settled: Vec<ReplicaId> = usable.iter().filter(|u| !u.1).map(|u| u.0).collect();
-        let pool: Vec<ReplicaId> = match settled.is_empty() {
-            true => usable.iter().map(|u| u.0).collect(),
-            false => settled,
-        };
-        if pool.is_empty() {
-            return None;
-        }
-        Some(pool[self.rng.random_range(0..pool.len())])
-    }
-
-    /// Drains the policy's outputs: sync-mode decisions go to their waiting requests, probes are
-    /// returned for sending once the lock is released.
-    fn drain(&mut self, now: Time) -> Outbox {
-        while let Some((query, pick)) = self.policy.poll_pick(now, &mut self.rng) {
-            if let Some(tx) = self.waiting.remove(&query) {
-                // A request that gave up waiting has dropped its receiver; nothing to do.
-                let _ = tx.send(pick);
-            }
-        }
-        let mut outbox = Vec::new();
-        while let Some(probe) = self.policy.poll_probe(now, &mut self.rng) {
-            let authority = self
-                .members
-                .get(&probe.replica)
-                .map(|m| m.authority.clone());
-            outbox.push((probe, authority));
-        }
-        outbox
-    }
-
-    /// The earliest time the timer task must act: the policy's timer or an ejection's end.
-    fn next_deadline(&self, now: Time) -> Option<Time> {
-        let unejection = self.outlier.as_ref().and_then(|o| o.next_unejection(now));
-        match (self.policy.poll_timeout(), unejection) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    /// True (and the new deadline recorded) when the timer task must wake earlier than planned.
-    fn rearm(&mut self, now: Time) -> bool {
-        let next = self.next_deadline(now);
-        match (next, self.armed) {
-            (Some(n), Some(a)) if n >= a => false,
-            (None, _) => false,
-            (Some(n), _) => {
-                self.armed = Some(n);
-                true
-            }
-        }
-    }
-
-    fn record_outlier(
-        &mut self,
-        replica: ReplicaId,
-        outcome: Outcome,
-        now: Time,
-        m: &ClusterMetrics,
-    ) {
-        let Some(outlier) = &mut self.outlier else {
-            return;
-        };
-        outlier.on_result(replica, outcome, now);
-        let ejected = outlier.is_ejected(replica, now);
-        if let Some(member) = self.members.get_mut(&replica)
-            && ejected
-            && member.in_policy
-        {
-            member.in_policy = false;
-            member.metrics.ejections.inc();
-            tracing::info!(cluster = %m.name, replica = %member.authority, "replica ejected");
-            self.policy
-                .on_replica_change(ReplicaChange::Remove(replica), now);
-            m.ejected.set(self.ejected_count());
-        }
-    }
-
-    fn ejected_count(&self) -> i64 {
-        self.members.values().filter(|m| !m.in_policy).count() as i64
-    }
-
-    fn restore_unejected(&mut self, now: Time, m: &ClusterMetrics) {
-        let Some(outlier) = &self.outlier else {
-            return;
-        };
-        if self.ejected_count() == 0 {
-            return;
-        }
-        for (id, member) in self.members.iter_mut() {
-            if !member.in_policy && !outlier.is_ejected(*id, now) {
-                member.in_policy = true;
-                self.policy
-                    .on_replica_change(ReplicaChange::Insert(*id), now);
-                tracing::info!(cluster = %m.name, replica = %member.authority, "replica back from ejection");
-            }
-        }
-        m.ejected.set(self.ejected_count());
-    }
-
-    fn remove_member(&mut self, id: ReplicaId, now: Time) {
-        if let Some(member) = self.members.remove(&id)
-            && member.in_policy
-        {
-            self.policy
-                .on_replica_change(ReplicaChange::Remove(id), now);
-        }
-        if let Some(outlier) = &mut self.outlier {
-            outlier.remove(id, now);
-        }
-    }
-}
-
-/// A seed from the standard library's per-process random hash keys; the proxy needs
-/// independence between clusters and runs, not reproducibility.
-fn random_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish()
 }
 
 /// A pooled client for one cluster: keep-alive connections, reused across requests.
