@@ -35,6 +35,9 @@ pub struct Args {
     /// Span over which qps and error rate are measured (10ms-1h).
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     rate_window: Duration,
+    /// Samples older than this never stand for the current RIF (at least --window).
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    max_age: Duration,
     /// On shutdown, how long open connections get to finish.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     drain: Duration,
@@ -56,8 +59,7 @@ pub fn run(args: &Args) -> Result<()> {
         window: args.window,
         min_samples: args.min_samples,
         rate_window: args.rate_window,
-        // Settings without a flag keep the core's documented defaults.
-        ..EstimatorConfig::default()
+        max_age: args.max_age,
     };
     estimator
         .validate()
