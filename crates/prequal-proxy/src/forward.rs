@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http::{HeaderValue, Method, Request, Response, StatusCode, Version, header};
 use http_body::Body;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
@@ -63,33 +63,10 @@ pub async fn forward(
     limits: Limits,
 ) -> Response<ProxyBody> {
     let (mut parts, body) = request.into_parts();
-    let declared = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > limits.max_body_bytes) {
+    if too_large(&parts.headers, limits) {
         return local_response(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n");
     }
-    // HTTP/2 clients name the host in :authority; keep it for an HTTP/1.1 replica.
-    if !parts.headers.contains_key(header::HOST)
-        && let Some(authority) = parts.uri.authority()
-        && let Ok(value) = HeaderValue::from_str(authority.as_str())
-    {
-        parts.headers.insert(header::HOST, value);
-    }
-    if cluster.version() == http::Version::HTTP_2
-        && let Some(host) = parts.headers.remove(header::HOST)
-    {
-        // Over HTTP/2 the replica's address becomes :authority, and a Host that differs from
-        // it is not allowed (RFC 9113 section 8.3.1); the client's host goes in
-        // X-Forwarded-Host instead.
-        if !parts.headers.contains_key("x-forwarded-host") {
-            parts.headers.insert("x-forwarded-host", host);
-        }
-    }
-    strip_hop_by_hop(&mut parts.headers, true);
-    add_forwarding(&mut parts.headers, client, parts.version);
+    prepare_headers(&mut parts, client, cluster.version());
     let replayable = body.is_end_stream();
     let limit = usize::try_from(limits.max_body_bytes).unwrap_or(usize::MAX);
     let mut body = Some(Limited::new(body, limit).boxed_unsync());
@@ -130,6 +107,38 @@ pub async fn forward(
         return step.into_response();
     }
     local_response(StatusCode::BAD_GATEWAY, "no try succeeded\n")
+}
+
+/// True when the declared `Content-Length` is over the limit.
+fn too_large(headers: &http::HeaderMap, limits: Limits) -> bool {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|len| len > limits.max_body_bytes)
+}
+
+/// Rewrites the request head for the replica: host, hop-by-hop, forwarding headers.
+fn prepare_headers(parts: &mut http::request::Parts, client: SocketAddr, upstream: Version) {
+    // HTTP/2 clients name the host in :authority; keep it for an HTTP/1.1 replica.
+    if !parts.headers.contains_key(header::HOST)
+        && let Some(authority) = parts.uri.authority()
+        && let Ok(value) = HeaderValue::from_str(authority.as_str())
+    {
+        parts.headers.insert(header::HOST, value);
+    }
+    if upstream == Version::HTTP_2
+        && let Some(host) = parts.headers.remove(header::HOST)
+    {
+        // Over HTTP/2 the replica's address becomes :authority, and a Host that differs from
+        // it is not allowed (RFC 9113 section 8.3.1); the client's host goes in
+        // X-Forwarded-Host instead.
+        if !parts.headers.contains_key("x-forwarded-host") {
+            parts.headers.insert("x-forwarded-host", host);
+        }
+    }
+    strip_hop_by_hop(&mut parts.headers, true);
+    add_forwarding(&mut parts.headers, client, parts.version);
 }
 
 /// How one try ended.
@@ -190,6 +199,12 @@ async fn one_try(
         }
         Ok(Ok(response)) => response,
     };
+    relay(response, guard)
+}
+
+/// Turns the replica's response into the client's: hop-by-hop headers out, body tracked so
+/// the policy hears when it ends; a 5xx is a failed step (which the caller may retry).
+fn relay(response: Response<Incoming>, mut guard: TryGuard) -> Step {
     guard.report = response
         .headers()
         .get(LOAD_HEADER)
@@ -201,7 +216,7 @@ async fn one_try(
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers, false);
     // The replica's HTTP version is per hop; hyper answers the client in the client's version.
-    parts.version = http::Version::HTTP_11;
+    parts.version = Version::HTTP_11;
     let body = Tracked::new(body, guard).boxed_unsync();
     let response = Response::from_parts(parts, body);
     match failed {

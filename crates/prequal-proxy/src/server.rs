@@ -23,7 +23,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 
 use crate::body::ProxyBody;
-use crate::config::ProxyConfig;
+use crate::config::{ProxyConfig, ServerConfig};
 use crate::forward::{Limits, forward, local_response};
 use crate::metrics::Metrics;
 use crate::routing::Routing;
@@ -179,15 +179,7 @@ impl Proxy {
         } = self;
         let admin_task = admin.map(|l| tokio::spawn(crate::admin::serve(l, Arc::clone(&shared))));
         let server = shared.routing().config().server.clone();
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder
-            .http1()
-            .timer(TokioTimer::new())
-            .max_buf_size(server.max_header_bytes as usize);
-        builder
-            .http2()
-            .timer(TokioTimer::new())
-            .max_header_list_size(server.max_header_bytes);
+        let builder = connection_builder(&server);
         let limits = Limits {
             max_body_bytes: server.max_body_bytes,
         };
@@ -213,12 +205,7 @@ impl Proxy {
             let conn = builder
                 .serve_connection(TokioIo::new(stream), service)
                 .into_owned();
-            let watched = graceful.watch(conn);
-            tokio::spawn(async move {
-                if let Err(error) = watched.await {
-                    tracing::debug!(%error, "connection ended with an error");
-                }
-            });
+            tokio::spawn(log_end(graceful.watch(conn)));
         }
         drop(listener);
         shared.draining.store(true, Ordering::Relaxed);
@@ -232,6 +219,26 @@ impl Proxy {
         if let Some(task) = admin_task {
             task.abort();
         }
+    }
+}
+
+/// HTTP/1.1 and HTTP/2 on one listener, with the head-size limits of `[server]`.
+fn connection_builder(server: &ServerConfig) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .max_buf_size(server.max_header_bytes as usize);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(server.max_header_bytes);
+    builder
+}
+
+async fn log_end<E: std::fmt::Display>(connection: impl Future<Output = Result<(), E>>) {
+    if let Err(error) = connection.await {
+        tracing::debug!(%error, "connection ended with an error");
     }
 }
 
