@@ -32,9 +32,8 @@ pub(super) struct Server {
     by_cpu: IdMap<JobId, u32>,
     /// The earliest CPU wake-up in the event queue.
     wake: Option<Time>,
-    mark: (Time, f64),
-    /// Utilisation over the last full second, once there was one.
-    last_utilization: Option<f64>,
+    /// (time, busy core-ns) at the last two one-second ticks, older first.
+    marks: [(Time, f64); 2],
 }
 
 impl Server {
@@ -51,8 +50,7 @@ impl Server {
             free: Vec::new(),
             by_cpu: IdMap::default(),
             wake: None,
-            mark: (Time::ZERO, 0.0),
-            last_utilization: None,
+            marks: [(Time::ZERO, 0.0); 2],
         }
     }
 
@@ -79,15 +77,26 @@ impl Server {
         Some(*job)
     }
 
-    /// Utilisation since the last mark, or over the last full second if the mark is under
-    /// 100 ms old (too short a window to mean much); None before there is any measurement.
+    /// Utilisation as the replica reports it: CPU used since the older of the last two
+    /// one-second marks (a 1 to 2 s window, like the tracker's qps window), as a share of the
+    /// allocation. A shorter window is noisy enough to make WRR weights swing wildly. None in
+    /// the first 100 ms, before there is anything to measure.
     fn utilization(&self, now: Time) -> Option<f64> {
         let (cpu, alloc) = (self.model.cpu()?, self.model.allocation_cores()?);
-        let dt = now.saturating_since(self.mark.0).as_nanos() as f64;
+        let (since, busy) = self.marks[0];
+        let dt = now.saturating_since(since).as_nanos() as f64;
         if dt < 100e6 {
-            return self.last_utilization;
+            return None;
         }
-        Some((cpu.busy_core_nanos() - self.mark.1) / (dt * alloc))
+        Some((cpu.busy_core_nanos() - busy) / (dt * alloc))
+    }
+
+    /// Utilisation over the second that ends at `now` (a tick), for the recorder.
+    fn last_second(&self, now: Time) -> Option<f64> {
+        let (cpu, alloc) = (self.model.cpu()?, self.model.allocation_cores()?);
+        let (since, busy) = self.marks[1];
+        let dt = now.saturating_since(since).as_nanos() as f64;
+        (dt > 0.0).then(|| (cpu.busy_core_nanos() - busy) / (dt * alloc))
     }
 }
 
@@ -264,12 +273,11 @@ impl Sim<'_> {
             if let Some(cpu) = server.model.cpu_mut() {
                 cpu.advance(now, &mut self.done);
             }
-            if let Some(u) = server.utilization(now) {
-                server.last_utilization = Some(u);
+            if let Some(u) = server.last_second(now) {
                 self.recorder.utilization(now, s, u);
             }
             let busy = server.model.cpu().map_or(0.0, |c| c.busy_core_nanos());
-            server.mark = (now, busy);
+            server.marks = [server.marks[1], (now, busy)];
             self.finish_cpu_jobs(s as u32);
         }
         if now < self.end {
