@@ -42,8 +42,23 @@ fn uncontended(c: &mut Criterion) {
     c.bench_function("clock/Instant::now (for reference)", |b| {
         b.iter(Instant::now)
     });
-    c.bench_function("tracker/report (one probe)", |b| {
-        b.iter(|| black_box(tracker.report()))
+    // A busy replica: 10 000 requests over the last 10 ms, a few of them still in flight.
+    let busy = SharedTracker::new(EstimatorConfig::default());
+    for i in 0..10_000u64 {
+        let a = busy.on_arrival_at(Time::from_micros(i));
+        busy.on_finish_at(a, Outcome::Success, Time::from_micros(i + 300));
+    }
+    let _in_flight: Vec<_> = (0..3)
+        .map(|_| busy.on_arrival_at(Time::from_millis(10)))
+        .collect();
+    let now = Time::from_micros(10_300);
+    c.bench_function("tracker/report (one probe, busy replica)", |b| {
+        b.iter(|| black_box(busy.report_at(black_box(now))))
+    });
+    // The same replica after a minute without traffic: every sample is stale.
+    let later = Time::from_secs(60);
+    c.bench_function("tracker/report (one probe, idle replica)", |b| {
+        b.iter(|| black_box(busy.report_at(black_box(later))))
     });
 }
 
