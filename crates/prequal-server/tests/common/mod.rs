@@ -149,6 +149,7 @@ pub async fn bounded<F: Future>(future: F) -> F::Output {
 
 /// Writes one end-to-end test body (`async fn name(proto: Proto)`) as two tests, one per
 /// protocol.
+#[allow(unused_macros)]
 macro_rules! both_protocols {
     ($name:ident) => {
         mod $name {
