@@ -76,8 +76,14 @@ fn non_defaults(config: &PolicyConfig) -> Vec<String> {
         .collect()
 }
 
-fn label_of(config: &PolicyConfig) -> String {
-    let extra = non_defaults(config);
+fn label_of(config: &PolicyConfig, param: Option<&(String, String)>) -> String {
+    let mut extra = non_defaults(config);
+    // A swept value equal to the default still belongs in the label.
+    if let Some((k, v)) = param
+        && !extra.iter().any(|e| e.starts_with(&format!("{k}=")))
+    {
+        extra.insert(0, format!("{k}={v}"));
+    }
     if extra.is_empty() {
         config.name().to_string()
     } else {
@@ -136,7 +142,7 @@ pub fn plan(compiled: &Compiled) -> Result<Vec<RunPlan>, ModelError> {
                 None => vec![(contender.clone(), None)],
             };
             for (config, param) in variants {
-                let label = label_of(&config);
+                let label = label_of(&config, param.as_ref());
                 out.push(RunPlan {
                     label,
                     contender: config,
