@@ -334,3 +334,26 @@ macro_rules! over_h1_and_h2 {
         }
     };
 }
+
+/// Probes on a busy test machine can take longer than the datacenter default of 3 ms.
+pub const PREQUAL: &str = "{ name = \"prequal\", probe_timeout = \"200ms\" }";
+
+pub async fn futures_join(n: usize) -> Vec<Backend> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(Backend::start().await);
+    }
+    out
+}
+
+/// The value of the first sample line starting with `series`.
+pub fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+pub fn client_again(proto: Proto) -> TestClient {
+    client(proto)
+}

@@ -1,0 +1,101 @@
+//! HTTP handling end to end, over HTTP/1.1 and HTTP/2: trailers, forwarding headers, limits.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+
+async fn trailers_pass_through(proto: Proto) {
+    let backend = Backend::start().await;
+    let proxy = start_proxy(&config_text(&[&backend], proto, "\"round-robin\"", "")).await;
+    let client = client(proto);
+    let request = http::Request::post(format!("http://{}/trailers", proxy.addr))
+        .header("te", "trailers")
+        .header("content-type", "application/grpc")
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    let response = client.request(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let collected = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap();
+    let trailers = collected.trailers().cloned().expect("trailers arrived");
+    assert_eq!(trailers["grpc-status"], "0");
+    assert_eq!(&collected.to_bytes()[..], b"payload");
+}
+over_h1_and_h2!(grpc_style_trailers_pass_through, trailers_pass_through);
+
+async fn forwarding_headers(proto: Proto) {
+    let backend = Backend::start().await;
+    let proxy = start_proxy(&config_text(&[&backend], proto, "\"round-robin\"", "")).await;
+    let mut request = http::Request::get(format!("http://{}/echo-headers", proxy.addr))
+        .header("host", "app.example")
+        .header("x-forwarded-for", "10.1.2.3");
+    if proto == Proto::H1 {
+        // Connection-specific headers exist only in HTTP/1.1.
+        request = request
+            .header("connection", "x-private")
+            .header("x-private", "secret")
+            .header("keep-alive", "timeout=5");
+    }
+    let request = request
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    let response = client(proto).request(request).await.unwrap();
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let seen = String::from_utf8_lossy(&body).into_owned();
+    assert!(
+        seen.contains("x-forwarded-for: 10.1.2.3, 127.0.0.1"),
+        "{seen}"
+    );
+    assert!(
+        seen.contains("forwarded: for=127.0.0.1;proto=http"),
+        "{seen}"
+    );
+    assert!(
+        seen.contains("via: 1.1 prequal") || seen.contains("via: 2 prequal"),
+        "{seen}"
+    );
+    assert!(
+        !seen.contains("x-private") && !seen.contains("keep-alive"),
+        "{seen}"
+    );
+    match proto {
+        Proto::H1 => assert!(seen.contains("host: app.example"), "{seen}"),
+        Proto::H2 => assert!(seen.contains("x-forwarded-host: app.example"), "{seen}"),
+    }
+}
+over_h1_and_h2!(
+    forwarding_headers_are_set_and_hop_by_hop_removed,
+    forwarding_headers
+);
+
+async fn body_limit(proto: Proto) {
+    let backend = Backend::start().await;
+    let text = config_text(&[&backend], proto, "\"round-robin\"", "").replace(
+        "drain_timeout = \"5s\"",
+        "drain_timeout = \"5s\"\nmax_body_bytes = 16",
+    );
+    let proxy = start_proxy(&text).await;
+    let post = |len: usize| {
+        http::Request::post(format!("http://{}/upload", proxy.addr))
+            .body(http_body_util::Full::new(bytes::Bytes::from(vec![
+                b'x';
+                len
+            ])))
+            .unwrap()
+    };
+    let client = client(proto);
+    assert_eq!(client.request(post(16)).await.unwrap().status(), 200);
+    assert_eq!(client.request(post(17)).await.unwrap().status(), 413);
+    assert_eq!(
+        backend.hits(),
+        1,
+        "the oversized body never reached the replica"
+    );
+}
+over_h1_and_h2!(bodies_over_the_limit_get_413, body_limit);
