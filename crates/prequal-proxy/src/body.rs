@@ -68,6 +68,16 @@ impl Drop for TryGuard {
     }
 }
 
+/// True when a gRPC status (in trailers, or in the head of a trailers-only response) says the
+/// server failed: UNKNOWN, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, INTERNAL, UNAVAILABLE or
+/// DATA_LOSS. Other codes (NOT_FOUND, INVALID_ARGUMENT, ...) are the caller's problem, not the
+/// replica's, so they do not count against it.
+pub fn grpc_failed(headers: &http::HeaderMap) -> bool {
+    headers
+        .get("grpc-status")
+        .is_some_and(|v| matches!(v.as_bytes(), b"2" | b"4" | b"8" | b"13" | b"14" | b"15"))
+}
+
 pin_project_lite::pin_project! {
     /// A response body that completes its [`TryGuard`] when it ends.
     pub struct Tracked<B> {
@@ -102,6 +112,14 @@ where
         let this = self.project();
         let polled = this.inner.poll_frame(cx);
         match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(trailers) = frame.trailers_ref()
+                    && grpc_failed(trailers)
+                    && let Some(guard) = this.guard.as_mut()
+                {
+                    guard.outcome = Outcome::Error;
+                }
+            }
             Poll::Ready(None) => {
                 this.guard.take();
             }

@@ -13,7 +13,8 @@
 //!
 //! Only requests without a body are replayed: a streamed body cannot be sent twice without
 //! buffering it, and the proxy never buffers bodies. Every try, retried or not, is reported to
-//! the policy with its outcome (a 5xx is an error, so error aversion sees fast failures).
+//! the policy with its outcome (a 5xx is an error, so error aversion sees fast failures; so is
+//! a gRPC status that blames the server, see [`grpc_failed`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,7 +27,7 @@ use hyper::body::Incoming;
 use prequal_core::{Outcome, ReplicaId};
 use prequal_server::protocol::{LOAD_HEADER, parse_reply};
 
-use crate::body::{ProxyBody, Tracked, TryGuard, empty, full};
+use crate::body::{ProxyBody, Tracked, TryGuard, empty, full, grpc_failed};
 use crate::cluster::{Chosen, Cluster};
 use crate::headers::{add_forwarding, strip_hop_by_hop};
 
@@ -210,7 +211,7 @@ fn relay(response: Response<Incoming>, mut guard: TryGuard) -> Step {
         .get(LOAD_HEADER)
         .and_then(|v| parse_reply(v.as_bytes()).ok());
     let failed = response.status().is_server_error();
-    if failed {
+    if failed || grpc_failed(response.headers()) {
         guard.outcome = Outcome::Error;
     }
     let (mut parts, body) = response.into_parts();

@@ -10,7 +10,7 @@ async fn trailers_pass_through(proto: Proto) {
     let backend = Backend::start().await;
     let proxy = start_proxy(&config_text(&[&backend], proto, "\"round-robin\"", "")).await;
     let client = client(proto);
-    let request = http::Request::post(format!("http://{}/trailers", proxy.addr))
+    let request = http::Request::post(format!("http://{}/grpc/0", proxy.addr))
         .header("te", "trailers")
         .header("content-type", "application/grpc")
         .body(http_body_util::Full::new(bytes::Bytes::new()))
@@ -99,3 +99,54 @@ async fn body_limit(proto: Proto) {
     );
 }
 over_h1_and_h2!(bodies_over_the_limit_get_413, body_limit);
+
+async fn grpc_status_outcomes(proto: Proto) {
+    let backend = Backend::start().await;
+    let text = config_text(
+        &[&backend],
+        proto,
+        "\"round-robin\"",
+        "outlier_ejection = false",
+    );
+    let proxy = start_proxy(&text).await;
+    let client = client(proto);
+    for code in ["0", "5", "14", "13"] {
+        let request = http::Request::post(format!("http://{}/grpc/{code}", proxy.addr))
+            .header("te", "trailers")
+            .header("content-type", "application/grpc")
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        let response = client.request(request).await.unwrap();
+        let collected = http_body_util::BodyExt::collect(response.into_body())
+            .await
+            .unwrap();
+        assert_eq!(collected.trailers().unwrap()["grpc-status"], code);
+    }
+    // A try completes when the proxy has finished relaying its body, which may be a moment
+    // after the client saw the end: wait (bounded) until all four are counted.
+    let series = |outcome: &str| {
+        format!(
+            "prequal_proxy_upstream_tries_total{{cluster=\"test\",replica=\"{}\",outcome=\"{outcome}\"}}",
+            backend.addr
+        )
+    };
+    let admin = client_again(Proto::H1);
+    let mut counts = (0.0, 0.0);
+    for _ in 0..200 {
+        let metrics = get(&admin, proxy.admin, "/metrics").await.1;
+        counts = (
+            metric(&metrics, &series("success")),
+            metric(&metrics, &series("error")),
+        );
+        if counts.0 + counts.1 >= 4.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    // OK and NOT_FOUND are the replica doing its job; UNAVAILABLE and INTERNAL blame it.
+    assert_eq!(counts, (2.0, 2.0));
+}
+over_h1_and_h2!(
+    grpc_statuses_that_blame_the_server_count_as_errors,
+    grpc_status_outcomes
+);

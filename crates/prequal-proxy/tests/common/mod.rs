@@ -150,10 +150,10 @@ impl BackendState {
             lines.sort();
             return Ok(Response::new(TestBody::text(lines.join("\n"))));
         }
-        if req.uri().path() == "/trailers" {
+        if let Some(code) = req.uri().path().strip_prefix("/grpc/") {
             // A gRPC-style answer: data, then the status in trailers.
             let mut trailers = HeaderMap::new();
-            trailers.insert("grpc-status", HeaderValue::from_static("0"));
+            trailers.insert("grpc-status", HeaderValue::from_str(code).unwrap());
             let body = TestBody {
                 data: Some(Bytes::from_static(b"payload")),
                 trailers: Some(trailers),
