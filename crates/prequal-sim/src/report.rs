@@ -337,3 +337,80 @@ impl Report {
         Ok(written)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::scenario::Scenario;
+
+    const BASE: &str = r#"
+contenders = ["round-robin", { name = "prequal", q_rif = 0.5 }]
+[servers]
+count = 3
+latency = { kind = "constant", value = "10ms" }
+[clients]
+count = 1
+[load]
+steps = [{ duration = "2s", level = 100.0 }]
+"#;
+
+    fn compiled(extra: &str) -> Result<Compiled, String> {
+        Scenario::parse(&format!("{BASE}{extra}"), Path::new("s.toml")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn sweep_applies_param_only_where_it_exists() {
+        let c = compiled("[sweep]\nload = [0.5, 1.0]\nparam = \"q_rif\"\nvalues = [0.0, 1.0]\n")
+            .unwrap();
+        let plans = plan(&c).unwrap();
+        let labels: Vec<(String, f64)> = plans.iter().map(|p| (p.label.clone(), p.load)).collect();
+        assert_eq!(
+            labels,
+            vec![
+                ("round-robin".to_string(), 0.5),
+                ("prequal (q_rif=0.0)".to_string(), 0.5),
+                ("prequal (q_rif=1.0)".to_string(), 0.5),
+                ("round-robin".to_string(), 1.0),
+                ("prequal (q_rif=0.0)".to_string(), 1.0),
+                ("prequal (q_rif=1.0)".to_string(), 1.0),
+            ]
+        );
+    }
+
+    #[test]
+    fn sweep_errors_name_their_key() {
+        let c = compiled("[sweep]\nparam = \"bogus\"\nvalues = [1]\n").unwrap();
+        assert!(plan(&c).unwrap_err().to_string().contains("sweep.param"));
+        let c = compiled("[sweep]\nparam = \"q_rif\"\nvalues = [7.0]\n").unwrap();
+        assert!(plan(&c).unwrap_err().to_string().contains("sweep.values"));
+    }
+
+    #[test]
+    fn runs_come_back_in_plan_order_with_a_table() {
+        let c = compiled("").unwrap();
+        let plans = plan(&c).unwrap();
+        let report = run_all(&c, &plans, &|_| {}).unwrap();
+        let labels: Vec<&str> = report.runs.iter().map(|r| r.label.as_str()).collect();
+        assert_eq!(labels, ["round-robin", "prequal (q_rif=0.5)"]);
+        // 100 qps for 2 s against 10 ms replicas: every query succeeds in about 10 ms.
+        let s = &report.runs[0].output.measured.summary;
+        assert!((150..=250).contains(&s.queries), "{}", s.queries);
+        assert_eq!(s.successes, s.queries);
+        assert!(
+            (s.latency_ms.p50 - 10.0).abs() < 0.1,
+            "{}",
+            s.latency_ms.p50
+        );
+        assert!(report.table().contains("prequal (q_rif=0.5)"));
+        let shares: f64 = report.runs[0]
+            .output
+            .measured
+            .servers
+            .iter()
+            .map(|s| s.share)
+            .sum();
+        assert!((shares - 1.0).abs() < 1e-9);
+    }
+}
