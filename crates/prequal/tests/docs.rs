@@ -1,5 +1,8 @@
 //! The policy reference in docs/policies.md is the output of `prequal policies --markdown`.
 
+// A test file: its helpers may panic on failure like the tests themselves.
+#![allow(clippy::expect_used)]
+
 use std::process::Command;
 
 const BEGIN: &str = "<!-- BEGIN GENERATED: prequal policies --markdown -->\n";
