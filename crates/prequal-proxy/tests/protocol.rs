@@ -150,3 +150,21 @@ over_h1_and_h2!(
     grpc_statuses_that_blame_the_server_count_as_errors,
     grpc_status_outcomes
 );
+
+async fn pooled_connections(proto: Proto) {
+    let backend = Backend::start().await;
+    let proxy = start_proxy(&config_text(&[&backend], proto, "\"round-robin\"", "")).await;
+    let client = client(proto);
+    assert_eq!(load(&client, proxy.addr, 100, 1).await, 100);
+    let accepted = backend
+        .connections
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(backend.hits(), 100);
+    // A connection returns to the pool a moment after its response ends, so a sequential
+    // client may occasionally find none idle; never anything like one per request.
+    assert!(
+        (1..=3).contains(&accepted),
+        "{accepted} connections carried 100 requests"
+    );
+}
+over_h1_and_h2!(upstream_connections_are_pooled, pooled_connections);

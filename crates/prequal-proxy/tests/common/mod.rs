@@ -47,6 +47,8 @@ pub struct Backend {
     pub delay_ms: Arc<AtomicU64>,
     pub status: Arc<AtomicU16>,
     pub in_flight: Arc<AtomicU32>,
+    /// Connections accepted.
+    pub connections: Arc<AtomicU64>,
     alive: Arc<AtomicBool>,
     tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
@@ -61,16 +63,19 @@ impl Backend {
             delay_ms: Arc::new(AtomicU64::new(1)),
             status: Arc::new(AtomicU16::new(200)),
             in_flight: Arc::default(),
+            connections: Arc::default(),
             alive: Arc::new(AtomicBool::new(true)),
             tasks: Arc::default(),
         };
         let state = backend.state();
         let tasks = Arc::clone(&backend.tasks);
+        let connections = Arc::clone(&backend.connections);
         let accept = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
+                connections.fetch_add(1, Ordering::SeqCst);
                 let state = state.clone();
                 let service = service_fn(move |req| state.clone().answer(req));
                 let conn = tokio::spawn(async move {
