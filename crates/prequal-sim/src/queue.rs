@@ -24,6 +24,9 @@ const BUCKETS: usize = 65;
 pub struct EventQueue<T> {
     now: VecDeque<T>,
     buckets: Vec<Vec<(u64, T)>>,
+    /// Bit `i - 1` is set when bucket `i` is non-empty, so finding the next bucket is one
+    /// instruction instead of a scan.
+    occupied: u64,
     last: u64,
     len: usize,
 }
@@ -44,6 +47,7 @@ impl<T> EventQueue<T> {
         EventQueue {
             now: VecDeque::new(),
             buckets: (0..BUCKETS).map(|_| Vec::new()).collect(),
+            occupied: 0,
             last: 0,
             len: 0,
         }
@@ -67,7 +71,9 @@ impl<T> EventQueue<T> {
         if key == self.last {
             self.now.push_back(item);
         } else {
-            self.buckets[bucket_of(key, self.last)].push((key, item));
+            let b = bucket_of(key, self.last);
+            self.buckets[b].push((key, item));
+            self.occupied |= 1 << (b - 1);
         }
     }
 
@@ -83,7 +89,11 @@ impl<T> EventQueue<T> {
 
     /// Moves the smallest non-empty bucket down around its minimum key.
     fn refill(&mut self) -> Option<()> {
-        let i = (1..BUCKETS).find(|&i| !self.buckets[i].is_empty())?;
+        if self.occupied == 0 {
+            return None;
+        }
+        let i = self.occupied.trailing_zeros() as usize + 1;
+        self.occupied &= !(1 << (i - 1));
         let mut items = std::mem::take(&mut self.buckets[i]);
         let min = items.iter().map(|(k, _)| *k).min()?;
         self.last = min;
@@ -91,7 +101,9 @@ impl<T> EventQueue<T> {
             if key == min {
                 self.now.push_back(item);
             } else {
-                self.buckets[bucket_of(key, min)].push((key, item));
+                let b = bucket_of(key, min);
+                self.buckets[b].push((key, item));
+                self.occupied |= 1 << (b - 1);
             }
         }
         // Give the emptied vector's allocation back for reuse.
