@@ -24,10 +24,23 @@ fn policies_reference_matches_the_code() {
     let doc = std::fs::read_to_string(path).expect("docs/policies.md exists");
     let start = doc.find(BEGIN).expect("begin marker") + BEGIN.len();
     let end = doc.find(END).expect("end marker");
+    let written = &doc[start..end];
+    if let Some((line, (w, g))) = written
+        .lines()
+        .zip(generated.lines())
+        .enumerate()
+        .find(|(_, (w, g))| w != g)
+    {
+        panic!(
+            "docs/policies.md is stale (run scripts/gen-policies-doc.sh); first difference at \
+             line {} of the generated section:\n  doc:  {w}\n  code: {g}",
+            line + 1
+        );
+    }
     assert_eq!(
-        doc[start..end],
-        generated,
-        "docs/policies.md is stale: run scripts/gen-policies-doc.sh"
+        written.lines().count(),
+        generated.lines().count(),
+        "docs/policies.md is stale (run scripts/gen-policies-doc.sh): a different number of lines"
     );
 }
 
