@@ -155,6 +155,8 @@ fn latency_percentile<DB: DrawingBackend>(
         .x_desc("percentile (log scale of 1/(1-p))")
         .y_desc("latency, ms")
         .x_label_formatter(&percentile_label)
+        .y_labels(12)
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .draw()
         .map_err(|e| e.to_string())?;
     for (i, r) in report.runs.iter().enumerate() {
@@ -231,8 +233,11 @@ fn time_panels<DB: DrawingBackend>(
         });
         let (lo, hi) = latency_range(values);
         let label = format!("{name}, {unit}");
-        if log {
+        // A log axis only pays off across a wide range; plotters labels few values on it.
+        if log && hi / lo > 30.0 {
             time_panel(report, area, &label, (lo..hi).log_scale(), *pick)?;
+        } else if log {
+            time_panel(report, area, &label, lo..hi, *pick)?;
         } else {
             time_panel(report, area, &label, 0.0..hi.max(1.0), *pick)?;
         }
@@ -262,6 +267,8 @@ where
         .configure_mesh()
         .y_desc(label)
         .x_desc("seconds")
+        .y_labels(8)
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .draw()
         .map_err(|e| e.to_string())?;
     if let Some(first) = report.runs.first() {
