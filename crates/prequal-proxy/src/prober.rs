@@ -81,6 +81,9 @@ async fn run_probe(
     authority: http::uri::Authority,
     permit: OwnedSemaphorePermit,
 ) {
+    // Probes are spawned while a request is being picked for; yielding once lets that request
+    // be written to its replica first, so probing never delays the query that triggered it.
+    tokio::task::yield_now().await;
     let sent = tokio::time::timeout(cluster.probe_timeout, fetch(&cluster, &probe, &authority));
     let report = match sent.await {
         Ok(Ok(report)) => Some(report),
