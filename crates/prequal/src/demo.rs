@@ -7,6 +7,8 @@
 
 use std::path::PathBuf;
 
+use std::io::Write as _;
+
 use anyhow::Result;
 use prequal_core::PolicyConfig;
 use prequal_sim::report;
@@ -39,9 +41,14 @@ pub fn run(args: &Args) -> Result<()> {
         s.sweep = None;
         s.scale_time(0.5);
     })?;
-    println!("prequal demo: a SIMULATION in virtual time (the live testbed is not wired in yet).");
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "prequal demo: a SIMULATION in virtual time (the live testbed is not wired in yet)."
+    )?;
     if let Some(e) = compiled.scenario.servers.episodes.first() {
-        println!(
+        writeln!(
+            out,
             "{} replicas at ~167 ms; replicas {} answer in 2 s from {:.1} s to {:.1} s of a {:.0} s \
              run; 1 client at 1000 qps.\n",
             compiled.scenario.servers.count,
@@ -49,34 +56,37 @@ pub fn run(args: &Args) -> Result<()> {
             e.start.as_secs_f64(),
             e.end.as_secs_f64(),
             compiled.end().as_secs_f64()
-        );
+        )?;
     }
     let plans = report::plan(&compiled)?;
     let report = crate::sim::run_plans(&compiled, &plans)?;
-    println!(
+    writeln!(
+        out,
         "{:<14} {:>9} {:>9} {:>9} {:>12}",
         "policy", "p50 ms", "p99 ms", "p99.9 ms", "within 1 s"
-    );
+    )?;
     for r in &report.runs {
         let s = &r.output.measured.summary;
-        println!(
+        writeln!(
+            out,
             "{:<14} {:>9.1} {:>9.1} {:>9.1} {:>11.2}%",
             r.label,
             s.latency_ms.p50,
             s.latency_ms.p99,
             s.latency_ms.p999,
             s.within_objective * 100.0
-        );
+        )?;
     }
     let dir = args
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from("reports/demo-beyond-round-robin"));
     let written = report.write_to(&dir, true)?;
-    println!(
+    writeln!(
+        out,
         "\nreport (JSON, table, plots): {} ({} files)",
         dir.display(),
         written.len()
-    );
+    )?;
     Ok(())
 }

@@ -8,6 +8,8 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use std::io::Write as _;
+
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use prequal_sim::report::{self, Report, RunPlan};
@@ -81,19 +83,21 @@ pub fn run(args: &Args) -> Result<()> {
         .clone()
         .unwrap_or_else(|| Path::new("reports").join(&report.scenario));
     let written = report.write_to(&dir, !args.no_plots)?;
+    let mut out = std::io::stdout().lock();
     if args.json {
-        println!("{}", report.to_json()?);
+        writeln!(out, "{}", report.to_json()?)?;
         return Ok(());
     }
-    println!(
+    writeln!(
+        out,
         "SIMULATION of {} ({} runs, {:.0} simulated s each, seed {}) in {:.2} s wall time",
         report.scenario,
         report.runs.len(),
         report.duration_s,
         report.seed,
         wall.as_secs_f64()
-    );
-    print!("{}", report.table());
-    println!("report: {} ({} files)", dir.display(), written.len());
+    )?;
+    write!(out, "{}", report.table())?;
+    writeln!(out, "report: {} ({} files)", dir.display(), written.len())?;
     Ok(())
 }
