@@ -139,3 +139,26 @@ fn bad_file_error_names_file_and_key() {
     assert!(err.contains("missing.toml"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Probes slower than the policy's probe timeout are reported as failures; Prequal then has no
+/// pool to choose from and picks at random, so it still serves every query, but it can no
+/// longer avoid the slow replica (it does no better than round robin).
+#[test]
+fn probes_past_their_timeout_fail_and_every_query_is_still_served() {
+    let compiled = Scenario::load_adjusted(&scenario("beyond-round-robin.toml"), |s| {
+        s.scale_time(0.25);
+        s.contenders = with_contenders(&["prequal"]);
+        s.network.probe_delay = Some(prequal_sim::model::DistSpec::Constant {
+            value: std::time::Duration::from_millis(5),
+        });
+    })
+    .unwrap();
+    let report = run(&compiled);
+    let s = &report.runs[0].output.measured.summary;
+    assert_eq!(s.successes, s.queries);
+    let slow = slow_pct(&report, "prequal");
+    assert!(
+        slow > 3.0,
+        "without probe replies prequal cannot see the slow replica: {slow:.3}%"
+    );
+}
