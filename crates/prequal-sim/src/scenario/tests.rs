@@ -83,3 +83,21 @@ ramp = { start = 0.5, factor = 2.0, steps = 2, step_duration = "1s", unit = "all
     assert!((c.phases[1].qps_start - 2000.0).abs() < 1e-6);
     assert_eq!(c.phases[1].label, "1.00x");
 }
+
+#[test]
+fn trace_files_resolve_next_to_the_scenario() {
+    let dir = std::env::temp_dir().join(format!("prequal-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("lat.txt"), "# ms\n10\n20ms\n").unwrap();
+    let text = BRR.replace(
+        "latency = { kind = \"normal\", mean = \"167ms\", sd = \"5ms\" }",
+        "latency = { kind = \"trace\", file = \"lat.txt\" }",
+    );
+    let c = Scenario::parse(&text, &dir.join("s.toml")).unwrap();
+    assert!((c.service.mean_nanos() - 15e6).abs() < 1.0);
+    let err = Scenario::parse(&text.replace("lat.txt", "nope.txt"), &dir.join("s.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("nope.txt"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
