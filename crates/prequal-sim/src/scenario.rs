@@ -110,6 +110,10 @@ pub struct ClientsSpec {
     /// A query not answered within this time fails as a timeout (default: none).
     #[serde(default, with = "humantime_serde")]
     pub deadline: Option<Duration>,
+    /// Every response carries the replica's load report, handed to the policy through
+    /// `on_load_report` before `on_complete` (default false: reports come only from probes).
+    #[serde(default)]
+    pub piggyback_reports: bool,
 }
 
 /// Inter-arrival process.

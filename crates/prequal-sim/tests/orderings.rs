@@ -162,3 +162,28 @@ fn probes_past_their_timeout_fail_and_every_query_is_still_served() {
         "without probe replies prequal cannot see the slow replica: {slow:.3}%"
     );
 }
+
+/// With `piggyback_reports`, responses carry the replica's load report to the policy; C3 uses
+/// them, so its decisions (and the run) change.
+#[test]
+fn piggybacked_reports_reach_the_policy() {
+    let load = |piggyback: bool| {
+        Scenario::load_adjusted(&scenario("power-of-two-high.toml"), |s| {
+            s.scale_time(0.1);
+            s.contenders = with_contenders(&["c3"]);
+            s.clients.piggyback_reports = piggyback;
+        })
+        .unwrap()
+    };
+    let (off, on) = (run(&load(false)), run(&load(true)));
+    let servers = |r: &Report| -> Vec<u64> {
+        r.runs[0]
+            .output
+            .measured
+            .servers
+            .iter()
+            .map(|s| s.queries)
+            .collect()
+    };
+    assert_ne!(servers(&off), servers(&on));
+}

@@ -23,6 +23,8 @@ struct Slot {
     dispatched: Option<Time>,
     /// Where the replica keeps the query's work, once it arrived there.
     server_slot: Option<u32>,
+    /// The replica's load report carried by the response (`piggyback_reports`).
+    report: Option<prequal_core::LoadReport>,
 }
 
 /// A balancing client: its policy, its RNG, its queries and probes in flight.
@@ -66,6 +68,7 @@ impl Client {
         s.issued = now;
         s.dispatched = None;
         s.server_slot = None;
+        s.report = None;
         query_id(slot, s.generation)
     }
 
@@ -187,6 +190,11 @@ impl Sim<'_> {
             latency: now.saturating_since(sent),
             outcome,
         };
+        if let Some(report) = &slot.report {
+            client
+                .policy
+                .on_load_report(ReplicaId(slot.replica), report, now);
+        }
         client
             .policy
             .on_complete(ReplicaId(slot.replica), &completion, now);
@@ -352,6 +360,13 @@ impl Sim<'_> {
     /// Whether client `c` still waits for `query` (used by replicas to drop abandoned work).
     pub(super) fn client_waits(&self, c: u32, query: u64) -> bool {
         self.clients[c as usize].in_flight(query)
+    }
+
+    /// Attaches the replica's load report to the response of `query`.
+    pub(super) fn attach_report(&mut self, c: u32, query: u64, report: prequal_core::LoadReport) {
+        if let Some(s) = self.clients[c as usize].get_mut(query) {
+            s.report = Some(report);
+        }
     }
 
     /// Remembers where the replica keeps `query`, so a deadline can cancel it there.

@@ -166,6 +166,11 @@ impl Sim<'_> {
             Outcome::Success
         };
         server.tracker.on_finish(job.arrival, outcome, now);
+        if self.compiled.scenario.clients.piggyback_reports {
+            let mut report = server.tracker.report(now);
+            report.utilization = server.utilization(now);
+            self.attach_report(job.client, job.query, report);
+        }
         let at = now + self.delay(false);
         let (client, query, error) = (job.client, job.query, job.error);
         self.queue.push(
