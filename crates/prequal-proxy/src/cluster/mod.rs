@@ -1,6 +1,6 @@
 //! One upstream cluster: its replicas, its policy instance, and the resilience state around it.
 //!
-//! The policy from prequal-core lives in [`Core`] behind a `std::sync::Mutex` that is held only
+//! The policy from prequal-core lives in the cluster state behind a `std::sync::Mutex` held only
 //! for the few microseconds an event takes and never across an `.await`. Every event (a pick, a
 //! completion, a probe reply, a timer) is one short critical section that also drains what the
 //! policy wants done next: probes to send (handed to [`crate::prober`] after the lock is
