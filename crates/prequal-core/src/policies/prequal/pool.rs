@@ -7,6 +7,12 @@
 //! limit are dropped by [`Pool::expire`]), and the reuse budget (a reply is dropped when used
 //! `budget` times). The fourth, removal of the oldest or worst per query, is the engine's job
 //! because "worst" depends on the selection rule.
+//!
+//! The pool holds at most one reply per replica: a newer reply from a replica supersedes the
+//! older one (the paper leaves this open; with n ≫ m duplicates are rare anyway). Without it,
+//! when there are about as many replicas as pool slots or fewer, one replica could hold several
+//! entries and using one of them would raise only that entry's RIF, so the others would keep
+//! advertising the old, low RIF and draw a burst of queries to the same replica.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -88,11 +94,21 @@ impl Pool {
         self.entries.get(index)
     }
 
-    /// Adds a reply, evicting the oldest when full. A zero budget is raised to one, since a
-    /// reply that can never be used would only take a slot. Returns the evicted reply.
+    /// Adds a reply, superseding an older reply from the same replica, else evicting the
+    /// oldest when full. A reply older than the one held for its replica is ignored. A zero
+    /// budget is raised to one, since a reply that can never be used would only take a slot.
+    /// Returns the reply that left the pool to make room, if any.
     pub fn insert(&mut self, mut entry: Entry) -> Option<Entry> {
         entry.budget = entry.budget.max(1);
-        let evicted = if self.entries.len() >= self.capacity {
+        let held = self.entries.iter().position(|e| e.replica == entry.replica);
+        if let Some(index) = held {
+            if self.entries[index].received > entry.received {
+                return None;
+            }
+        }
+        let evicted = if let Some(index) = held {
+            self.entries.remove(index)
+        } else if self.entries.len() >= self.capacity {
             self.entries.pop_front()
         } else {
             None
@@ -181,6 +197,24 @@ mod tests {
         pool.insert(entry(4, 1, 1));
         let ids: Vec<u32> = pool.iter().map(|e| e.replica.0).collect();
         assert_eq!(ids, vec![4, 3]);
+    }
+
+    #[test]
+    fn one_reply_per_replica_newest_wins() {
+        let mut pool = Pool::new(4, Duration::from_secs(1));
+        pool.insert(entry(1, 0, 1));
+        pool.insert(entry(2, 1, 1));
+        let superseded = pool.insert(entry(1, 2, 3));
+        assert_eq!(superseded.map(|e| e.received), Some(Time::from_millis(0)));
+        let held: Vec<(u32, u64)> = pool
+            .iter()
+            .map(|e| (e.replica.0, e.received.as_nanos() / 1_000_000))
+            .collect();
+        assert_eq!(held, vec![(2, 1), (1, 2)]);
+        // An older reply for a replica already held is ignored.
+        assert!(pool.insert(entry(1, 1, 1)).is_none());
+        assert_eq!(pool.len(), 2);
+        assert_eq!(pool.get(1).map(|e| e.budget), Some(3));
     }
 
     #[test]

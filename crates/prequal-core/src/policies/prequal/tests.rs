@@ -173,9 +173,9 @@ fn removals_alternate_oldest_and_worst() {
         probe_rate: 0.001,
         ..Config::default()
     };
-    let mut p = policy(&config, 4);
+    let mut p = policy(&config, 6);
     let mut rng = rng(5);
-    for (i, (replica, ms)) in [(0, 5), (1, 90), (2, 10), (3, 20), (0, 30), (1, 40)]
+    for (i, (replica, ms)) in [(0, 5), (1, 90), (2, 10), (3, 20), (4, 30), (5, 40)]
         .iter()
         .enumerate()
     {
