@@ -20,7 +20,10 @@
 //! }
 //! let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
 //! let query = Query { id: QueryId(1), hint: None };
-//! assert_eq!(policy.pick(&query, Time::ZERO, &mut rng), Pick::Replica(ReplicaId(0)));
+//! // Round robin starts at a random replica, then takes each in turn.
+//! let Pick::Replica(first) = policy.pick(&query, Time::ZERO, &mut rng) else { panic!() };
+//! let next = ReplicaId((first.0 + 1) % 3);
+//! assert_eq!(policy.pick(&query, Time::ZERO, &mut rng), Pick::Replica(next));
 //! ```
 
 pub mod config;

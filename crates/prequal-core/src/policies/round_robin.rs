@@ -2,9 +2,11 @@
 //!
 //! The policy remembers the last replica it chose and always takes the next one after it; when
 //! membership changes, "next" is still well defined (the smallest id above the last one, wrapping
-//! around), so a change never makes it skip or repeat more than the changed replica.
+//! around), so a change never makes it skip or repeat more than the changed replica. The first
+//! pick starts at a random replica, so that many clients (or proxy instances) started together do
+//! not walk the replicas in lockstep and hit the same one at the same moment.
 
-use rand::RngCore;
+use rand::{Rng, RngCore};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{BuildPolicy, ConfigError, PolicyInfo};
@@ -52,7 +54,7 @@ impl Policy for RoundRobin {
         self.replicas.apply(change, || 0);
     }
 
-    fn pick(&mut self, _query: &Query, _now: Time, _rng: &mut dyn RngCore) -> Pick {
+    fn pick(&mut self, _query: &Query, _now: Time, rng: &mut dyn RngCore) -> Pick {
         if self.replicas.is_empty() {
             return Pick::NoReplica;
         }
@@ -60,7 +62,7 @@ impl Policy for RoundRobin {
         // The first id above the last one chosen, wrapping to the start.
         let next = match self.last {
             Some(last) => ids.partition_point(|id| *id <= last) % ids.len(),
-            None => 0,
+            None => rng.random_range(0..ids.len()),
         };
         let id = ids[next];
         *self.replicas.at_mut(next) += 1;
@@ -88,16 +90,35 @@ impl Policy for RoundRobin {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{pick_n, rng, with_replicas};
+    use crate::testing::{pick_n, with_replicas};
 
     #[test]
     fn cycles_in_id_order_and_survives_changes() {
         let mut policy = with_replicas(Config::default().build(), 0..3);
-        assert_eq!(pick_n(&mut *policy, 4), vec![0, 1, 2, 0]);
+        let first = pick_n(&mut *policy, 1)[0];
+        let expected: Vec<u32> = (1..=4).map(|i| (first + i) % 3).collect();
+        assert_eq!(pick_n(&mut *policy, 4), expected);
+        // The last pick was `first + 4`; steer to a known place, then change membership.
+        while pick_n(&mut *policy, 1)[0] != 0 {}
         policy.on_replica_change(ReplicaChange::Remove(ReplicaId(1)), Time::ZERO);
         assert_eq!(pick_n(&mut *policy, 3), vec![2, 0, 2]);
         policy.on_replica_change(ReplicaChange::Insert(ReplicaId(1)), Time::ZERO);
         assert_eq!(pick_n(&mut *policy, 3), vec![0, 1, 2]);
-        let _ = rng(1);
+    }
+
+    #[test]
+    fn clients_start_at_different_replicas() {
+        let starts: std::collections::BTreeSet<u32> = (0..20)
+            .map(|seed| {
+                let mut policy = with_replicas(Config::default().build(), 0..10);
+                let mut rng = crate::testing::rng(seed);
+                let query = Query::default();
+                match policy.pick(&query, Time::ZERO, &mut rng) {
+                    Pick::Replica(id) => id.0,
+                    other => panic!("{other:?}"),
+                }
+            })
+            .collect();
+        assert!(starts.len() > 3, "starts {starts:?}");
     }
 }
