@@ -33,7 +33,7 @@
 
 use std::time::Duration;
 
-use rand::RngCore;
+use rand::{Rng, RngCore};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
@@ -156,6 +156,8 @@ pub struct WeightedRoundRobin {
     replicas: Replicas<ReplicaState>,
     poller: Poller,
     next_update: Option<Time>,
+    /// Whether the first pick has randomised the schedule's phase yet.
+    phased: bool,
 }
 
 impl WeightedRoundRobin {
@@ -165,7 +167,25 @@ impl WeightedRoundRobin {
             replicas: Replicas::new(),
             poller: Poller::new(config.poll_interval),
             next_update: None,
+            phased: false,
             config,
+        }
+    }
+
+    /// Gives this client its own phase: random smooth-WRR counters, summing to zero so the
+    /// long-run shares are unchanged. Without it, many clients started together pick the same
+    /// replica at the same moment.
+    fn randomise_phase(&mut self, rng: &mut dyn RngCore) {
+        self.phased = true;
+        let n = self.replicas.len();
+        if n == 0 {
+            return;
+        }
+        let total: f64 = self.replicas.iter().map(|(_, s)| s.effective).sum();
+        let draws: Vec<f64> = (0..n).map(|_| rng.random::<f64>()).collect();
+        let mean = draws.iter().sum::<f64>() / n as f64;
+        for (i, draw) in draws.into_iter().enumerate() {
+            self.replicas.at_mut(i).current = (draw - mean) * total;
         }
     }
 
@@ -277,7 +297,10 @@ impl Policy for WeightedRoundRobin {
         }
     }
 
-    fn pick(&mut self, _query: &Query, _now: Time, _rng: &mut dyn RngCore) -> Pick {
+    fn pick(&mut self, _query: &Query, _now: Time, rng: &mut dyn RngCore) -> Pick {
+        if !self.phased {
+            self.randomise_phase(rng);
+        }
         let mut total = 0.0;
         let mut best: Option<(usize, f64)> = None;
         for i in 0..self.replicas.len() {
@@ -411,6 +434,21 @@ mod tests {
         let mut counts = vec![0; 1 + *picks.iter().max().unwrap_or(&0) as usize];
         picks.iter().for_each(|&i| counts[i as usize] += 1);
         counts
+    }
+
+    #[test]
+    fn clients_start_at_different_replicas() {
+        let starts: std::collections::BTreeSet<u32> = (0..20)
+            .map(|seed| {
+                let mut p = policy(8);
+                let mut rng = crate::testing::rng(seed);
+                match p.pick(&Query::default(), Time::ZERO, &mut rng) {
+                    Pick::Replica(id) => id.0,
+                    other => panic!("{other:?}"),
+                }
+            })
+            .collect();
+        assert!(starts.len() > 3, "starts {starts:?}");
     }
 
     #[test]
