@@ -3,11 +3,11 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod backend;
 mod demo;
 mod policies;
 mod proxy;
 mod sidecar;
-mod backend;
 mod sim;
 
 /// prequal: a latency-aware load balancer, its simulator, and its testbed.
