@@ -34,7 +34,10 @@
 //! reading it); it keeps the samples inside the window (or the `min_samples` newest if too few
 //! are recent) and returns their median, selected in a stack buffer with `select_nth_unstable`.
 //! With too few fresh samples anywhere it takes the newest of the any-RIF ring. That is a bounded
-//! amount of work however long the replica has run.
+//! amount of work however long the replica has run. Repeated probes between two finishes
+//! are cheaper still: each bucket remembers its last estimate for as long as it provably holds
+//! (until the next record, or until a sample it used leaves the window or goes stale), so a
+//! repeat costs a lookup and returns exactly what a fresh computation would.
 //!
 //! [`LoadTracker`] combines the RIF counter, the estimator, and bucketed counters of completions
 //! and errors over [`EstimatorConfig::rate_window`] (default 1 s) into a [`LoadReport`].
@@ -55,6 +58,7 @@
 //! assert_eq!(report.latency, Duration::from_millis(3));
 //! ```
 
+mod memo;
 mod window;
 
 #[cfg(test)]
@@ -66,6 +70,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::policy::{LoadReport, Outcome};
 use crate::time::{Time, duration_nanos};
+use memo::Memo;
 use window::WindowedCounter;
 
 /// Samples kept per RIF bucket.
@@ -225,6 +230,8 @@ pub struct LatencyEstimator {
     buckets: Box<[Bucket]>,
     /// The newest samples of any RIF: the fallback when no RIF has enough fresh ones.
     newest: Bucket,
+    /// Estimates already computed, reused while provably unchanged.
+    memo: Memo,
 }
 
 impl LatencyEstimator {
@@ -239,6 +246,7 @@ impl LatencyEstimator {
             config,
             buckets: vec![Bucket::default(); BUCKETS].into_boxed_slice(),
             newest: Bucket::default(),
+            memo: Memo::new(BUCKETS),
         }
     }
 
@@ -256,13 +264,33 @@ impl LatencyEstimator {
         };
         self.buckets[bucket_of(rif_at_arrival)].push(sample);
         self.newest.push(sample);
+        self.memo.invalidate();
     }
 
     /// Median of recent samples at or near `rif`; None before any sample.
     pub fn estimate(&self, rif: u32, now: Time) -> Option<Duration> {
-        let now = now.as_nanos();
+        let (center, now) = (bucket_of(rif), now.as_nanos());
+        let nanos = match self.memo.get(center, now) {
+            Some(hit) => hit,
+            None => {
+                let (value, until) = self.compute(center, now);
+                self.memo.put(center, now, until, value);
+                value
+            }
+        };
+        nanos.map(Duration::from_nanos)
+    }
+
+    /// The estimate for bucket `center` at `now`, and the last instant at which it still holds
+    /// if nothing is recorded meanwhile (when the first sample used leaves the window or goes
+    /// stale; see [`memo`]).
+    fn compute(&self, center: usize, now: u64) -> (Option<u64>, u64) {
         let mut buf = [Sample::default(); GATHER];
-        let mut gathered = self.gather(bucket_of(rif), now, &mut buf);
+        let mut gathered = self.gather(center, now, &mut buf);
+        let oldest_fresh = buf[..gathered].iter().map(|s| s.at).min();
+        let mut until = oldest_fresh.map_or(u64::MAX, |at| {
+            at.saturating_add(duration_nanos(self.config.max_age))
+        });
         if gathered < self.config.min_samples {
             // Idle replica: too few fresh samples at any RIF, so the newest of any age.
             let newest = self.newest.filled();
@@ -270,7 +298,7 @@ impl LatencyEstimator {
             gathered = newest.len();
         }
         if gathered == 0 {
-            return None;
+            return (None, until);
         }
         let samples = &mut buf[..gathered];
         // Move the samples inside the window to the front.
@@ -278,21 +306,22 @@ impl LatencyEstimator {
         let mut recent = 0;
         for i in 0..samples.len() {
             if now.saturating_sub(samples[i].at) <= window {
+                until = until.min(samples[i].at.saturating_add(window));
                 samples.swap(i, recent);
                 recent += 1;
             }
         }
         let chosen = if recent >= self.config.min_samples {
-            &mut samples[..recent]
+            &samples[..recent]
         } else if samples.len() > self.config.min_samples {
             // Too few recent samples: fall back to the newest `min_samples`.
             let k = self.config.min_samples;
             samples.select_nth_unstable_by(k - 1, |a, b| b.at.cmp(&a.at));
-            &mut samples[..k]
+            &samples[..k]
         } else {
             samples
         };
-        Some(Duration::from_nanos(median(chosen)))
+        (Some(median(chosen)), until)
     }
 
     /// Copies the fresh samples (no older than `max_age`) into `buf` from the bucket `center`
@@ -339,17 +368,22 @@ impl LatencyEstimator {
     }
 }
 
-/// The median latency of `samples` (the mean of the middle two for an even count). Reorders
-/// `samples`; must not be empty.
-fn median(samples: &mut [Sample]) -> u64 {
-    let n = samples.len();
+/// The median latency of `samples` (the mean of the middle two for an even count); must not be
+/// empty. Selects among bare latencies, which compare faster than whole samples; the median's
+/// value does not depend on how it is found.
+fn median(samples: &[Sample]) -> u64 {
+    let mut latencies = [0u64; GATHER];
+    let n = samples.len().min(GATHER);
+    for (slot, sample) in latencies.iter_mut().zip(samples) {
+        *slot = sample.latency;
+    }
+    let latencies = &mut latencies[..n];
     let mid = n / 2;
-    let (below, upper, _) = samples.select_nth_unstable_by_key(mid, |s| s.latency);
-    let upper = upper.latency;
+    let (below, &mut upper, _) = latencies.select_nth_unstable(mid);
     if n % 2 == 1 {
         return upper;
     }
-    let lower = below.iter().map(|s| s.latency).max().unwrap_or(upper);
+    let lower = below.iter().copied().max().unwrap_or(upper);
     lower + (upper - lower) / 2
 }
 

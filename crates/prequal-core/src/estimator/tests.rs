@@ -336,6 +336,34 @@ mod properties {
             let us = estimate.map(|d| d.as_micros() as u64);
             prop_assert!(matches!(us, Some(v) if (low..=high).contains(&v)), "{:?} not in {}..={}", us, low, high);
         }
+
+        /// The memo is invisible: interleaving records and repeated estimates at advancing
+        /// times (with a short window and age limit, so samples keep crossing both
+        /// boundaries), every answer equals a computation from scratch.
+        #[test]
+        fn memo_answers_equal_fresh_computations(
+            steps in prop::collection::vec((0u8..4, 0u32..6, 1u64..20_000, 0u64..1_500), 1..400),
+        ) {
+            let config = EstimatorConfig {
+                window: Duration::from_millis(2),
+                min_samples: 4,
+                max_age: Duration::from_millis(6),
+                ..EstimatorConfig::default()
+            };
+            let mut est = LatencyEstimator::new(config);
+            let mut now = Time::ZERO;
+            for &(op, rif, latency_us, gap_us) in &steps {
+                now = now + Duration::from_micros(gap_us);
+                // One record for three estimates, over few buckets, so estimates repeat.
+                if op == 0 {
+                    est.record(rif, Duration::from_micros(latency_us), now);
+                } else {
+                    let fresh = est.compute(bucket_of(rif), now.as_nanos()).0;
+                    let answer = est.estimate(rif, now).map(|d| d.as_nanos() as u64);
+                    prop_assert_eq!(answer, fresh, "rif {} at {:?}", rif, now);
+                }
+            }
+        }
     }
 }
 
