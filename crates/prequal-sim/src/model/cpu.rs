@@ -20,11 +20,22 @@ use std::time::Duration;
 
 use prequal_core::Time;
 
-use crate::hash::IdMap;
+/// A job's identity inside one [`CpuModel`]: its arrival number, plus its finish tag so that
+/// cancelling it finds it in the ordered set without a lookup table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct JobId {
+    /// Finish tag ([`tag_key`] of the attained work at which it finishes).
+    tag: u64,
+    /// Arrival number, unique within its model.
+    seq: u64,
+}
 
-/// A job's identity inside one [`CpuModel`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct JobId(pub u64);
+impl std::hash::Hash for JobId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // The arrival number alone is unique.
+        state.write_u64(self.seq);
+    }
+}
 
 /// Work below this many nanoseconds counts as done (absorbs floating-point rounding).
 const EPSILON_WORK: f64 = 0.5;
@@ -36,8 +47,8 @@ pub struct CpuModel {
     per_job_cores: f64,
     attained: f64,
     last: Time,
-    jobs: BTreeSet<(u64, JobId)>,
-    tags: IdMap<JobId, u64>,
+    /// Jobs in flight, ordered by finish tag, then arrival.
+    jobs: BTreeSet<JobId>,
     next_id: u64,
     busy_core_nanos: f64,
 }
@@ -61,7 +72,6 @@ impl CpuModel {
             attained: 0.0,
             last: Time::ZERO,
             jobs: BTreeSet::new(),
-            tags: IdMap::default(),
             next_id: 0,
             busy_core_nanos: 0.0,
         }
@@ -107,7 +117,7 @@ impl CpuModel {
 
     /// When the next job finishes at the current capacity, if any job can finish.
     pub fn next_completion(&self) -> Option<Time> {
-        let &(tag, _) = self.jobs.first()?;
+        let tag = self.jobs.first()?.tag;
         let rate = self.rate();
         if rate <= 0.0 {
             return None;
@@ -132,12 +142,11 @@ impl CpuModel {
     }
 
     fn pop_finished(&mut self, done: &mut Vec<JobId>) {
-        while let Some(&(tag, id)) = self.jobs.first() {
-            if f64::from_bits(tag) > self.attained + EPSILON_WORK {
+        while let Some(&id) = self.jobs.first() {
+            if f64::from_bits(id.tag) > self.attained + EPSILON_WORK {
                 break;
             }
             self.jobs.pop_first();
-            self.tags.remove(&id);
             done.push(id);
         }
     }
@@ -146,21 +155,19 @@ impl CpuModel {
     /// appended to `done` first.
     pub fn arrive(&mut self, now: Time, work: Duration, done: &mut Vec<JobId>) -> JobId {
         self.advance(now, done);
-        let id = JobId(self.next_id);
+        let id = JobId {
+            tag: tag_key(self.attained + work.as_nanos() as f64),
+            seq: self.next_id,
+        };
         self.next_id += 1;
-        let tag = tag_key(self.attained + work.as_nanos() as f64);
-        self.jobs.insert((tag, id));
-        self.tags.insert(id, tag);
+        self.jobs.insert(id);
         id
     }
 
     /// Removes a job before it finished (its query timed out). Returns false if unknown.
     pub fn cancel(&mut self, now: Time, job: JobId, done: &mut Vec<JobId>) -> bool {
         self.advance(now, done);
-        match self.tags.remove(&job) {
-            Some(tag) => self.jobs.remove(&(tag, job)),
-            None => false,
-        }
+        self.jobs.remove(&job)
     }
 
     /// Changes the cores available from `now` on (antagonists came or went, an episode began).
