@@ -189,7 +189,7 @@ impl Backend {
         let mut replicas = Vec::new();
         let mut tasks = Vec::new();
         for (index, listener, addr) in listeners {
-            let replica = Arc::new(build_replica(spec, index, clock));
+            let replica = Arc::new(build_replica(spec, index, clock.clone()));
             tasks.push(tokio::spawn(Arc::clone(&replica).drive(stopped.clone())));
             let charge = Arc::clone(&replica);
             let layer = ProbeLayer::new(Arc::clone(replica.tracker()))
@@ -268,6 +268,6 @@ fn build_replica(spec: &BackendSpec, index: u32, clock: Clock) -> EmulatedReplic
         .wrapping_add(u64::from(index).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let mut rng = SmallRng::seed_from_u64(seed);
     let model = ReplicaModel::new(&spec.servers, index, spec.service.clone(), &mut rng);
-    let tracker = Arc::new(SharedTracker::with_clock(spec.estimator, clock));
+    let tracker = Arc::new(SharedTracker::with_clock(spec.estimator, clock.clone()));
     EmulatedReplica::new(index, model, seed ^ 1, clock, tracker)
 }
