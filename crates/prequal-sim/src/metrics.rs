@@ -100,6 +100,8 @@ pub struct Second {
     pub rif: Quantiles,
     /// Replica utilisation (share of allocation) across replicas, capacity model only.
     pub utilization: Option<Quantiles>,
+    /// Queries each replica received in this second, by replica index.
+    pub replicas: Vec<u64>,
 }
 
 /// One replica's totals.
@@ -182,11 +184,13 @@ struct SecondAcc {
     acc: Acc,
     rif: Histogram<u64>,
     util: Option<Histogram<u64>>,
+    replicas: Vec<u64>,
 }
 
-/// Collects one run's measurements.
+/// Collects one run's measurements: the simulator feeds it in virtual time, the testbed's load
+/// generator in time since the start of the load, so both produce the same [`Measured`].
 #[derive(Debug)]
-pub(crate) struct Recorder {
+pub struct Recorder {
     objective_us: u64,
     overall: Acc,
     phases: Vec<(Phase, Acc)>,
@@ -200,7 +204,7 @@ pub(crate) struct Recorder {
 impl Recorder {
     /// A recorder for `servers` replicas, the given phases, `seconds` seconds, and whether
     /// utilisation is measured.
-    pub(crate) fn new(
+    pub fn new(
         objective_us: u64,
         phases: &[Phase],
         servers: usize,
@@ -214,6 +218,7 @@ impl Recorder {
                 acc: Acc::new(2)?,
                 rif: hist(2)?,
                 util: with_util.then(|| hist(2)).transpose()?,
+                replicas: vec![0; servers],
             })
         };
         Ok(Recorder {
@@ -237,12 +242,7 @@ impl Recorder {
     }
 
     /// A query issued at `issued` ended after `latency_ns` (None: no replica) with `outcome`.
-    pub(crate) fn query(
-        &mut self,
-        issued: Time,
-        latency_ns: Option<u64>,
-        outcome: Option<Outcome>,
-    ) {
+    pub fn query(&mut self, issued: Time, latency_ns: Option<u64>, outcome: Option<Outcome>) {
         let us = latency_ns.map(|n| n.div_ceil(1_000));
         let within =
             outcome == Some(Outcome::Success) && us.is_some_and(|u| u <= self.objective_us);
@@ -257,18 +257,26 @@ impl Recorder {
     }
 
     /// A query reached replica `server`, which had `rif` others in flight.
-    pub(crate) fn arrival(&mut self, now: Time, server: usize, rif: u32) {
+    pub fn arrival(&mut self, now: Time, server: usize, rif: u32) {
         self.rif.saturating_record(u64::from(rif));
-        if let Some(c) = self.server_queries.get_mut(server) {
-            *c += 1;
-        }
+        self.served(now, server);
         if let Some(s) = self.second(now) {
             s.rif.saturating_record(u64::from(rif));
         }
     }
 
+    /// A query issued at `now` was served by replica `server` (its RIF unknown).
+    pub fn served(&mut self, now: Time, server: usize) {
+        if let Some(c) = self.server_queries.get_mut(server) {
+            *c += 1;
+        }
+        if let Some(c) = self.second(now).and_then(|s| s.replicas.get_mut(server)) {
+            *c += 1;
+        }
+    }
+
     /// Replica `server` used `utilization` (share of allocation) over the second ending at `now`.
-    pub(crate) fn utilization(&mut self, now: Time, server: usize, utilization: f64) {
+    pub fn utilization(&mut self, now: Time, server: usize, utilization: f64) {
         let pct = (utilization * 100.0).round().max(0.0) as u64;
         if let Some(h) = &mut self.util {
             h.saturating_record(pct);
@@ -284,7 +292,7 @@ impl Recorder {
     }
 
     /// The results.
-    pub(crate) fn finish(&self) -> Measured {
+    pub fn finish(&self) -> Measured {
         let total: u64 = self.server_queries.iter().sum();
         Measured {
             summary: self.overall.summary(),
@@ -342,6 +350,7 @@ fn second_result(t: usize, s: &SecondAcc) -> Second {
         latency_ms: summary.latency_ms,
         rif: Quantiles::of(&s.rif, 1.0),
         utilization: s.util.as_ref().map(|h| Quantiles::of(h, 0.01)),
+        replicas: s.replicas.clone(),
     }
 }
 
