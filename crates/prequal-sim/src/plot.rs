@@ -5,7 +5,13 @@
 //!   Robin" figure), one line per run;
 //! - `latency-over-time`: p50, p99 and p99.9 of each second, log latency axis, with the load
 //!   phases marked (as in the Prequal load-ramp figure);
-//! - `rif-over-time`: p50 and p99 of server RIF at arrival, per second.
+//! - `rif-over-time`: p50 and p99 of server RIF at arrival, per second (simulations only:
+//!   a live experiment does not see the replicas' RIF);
+//! - `traffic-share`: each replica's share of the queries of every second, one panel per run
+//!   (when there are at most 12 runs).
+//!
+//! Titles say whether the numbers are simulated or live; a live run's simulated prediction, when
+//! it has one, is drawn dashed in the run's colour on the latency-percentile plot.
 //!
 //! Text is rendered with a font embedded in the binary (Ubuntu Light from the
 //! `epaint_default_fonts` crate) registered with plotters' ab_glyph backend, so plots build on
@@ -45,7 +51,27 @@ fn register_font() {
 
 const SIZE: (u32, u32) = (960, 600);
 
-const PLOTS: [&str; 3] = ["latency-percentile", "latency-over-time", "rif-over-time"];
+const PLOTS: [&str; 4] = [
+    "latency-percentile",
+    "latency-over-time",
+    "rif-over-time",
+    "traffic-share",
+];
+
+/// Runs beyond this many get no traffic-share plot (one panel each would be unreadable).
+const MAX_SHARE_PANELS: usize = 12;
+
+/// The plots that apply to `report`.
+pub fn plot_names(report: &Report) -> Vec<&'static str> {
+    PLOTS
+        .into_iter()
+        .filter(|name| match *name {
+            "rif-over-time" => report.simulated,
+            "traffic-share" => !report.runs.is_empty() && report.runs.len() <= MAX_SHARE_PANELS,
+            _ => true,
+        })
+        .collect()
+}
 
 fn draw<DB: DrawingBackend>(
     name: &str,
@@ -55,7 +81,16 @@ fn draw<DB: DrawingBackend>(
     match name {
         "latency-percentile" => latency_percentile(report, root),
         "latency-over-time" => latency_over_time(report, root),
+        "traffic-share" => traffic_share(report, root),
         _ => rif_over_time(report, root),
+    }
+}
+
+fn kind(report: &Report) -> &'static str {
+    if report.simulated {
+        "simulated"
+    } else {
+        "live"
     }
 }
 
@@ -63,7 +98,7 @@ fn draw<DB: DrawingBackend>(
 pub fn write_plots(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
     register_font();
     let mut written = Vec::new();
-    for name in PLOTS {
+    for name in plot_names(report) {
         let path = dir.join(format!("{name}.svg"));
         let err = |message: String| PlotError {
             path: path.display().to_string(),
@@ -137,12 +172,21 @@ fn latency_percentile<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
 ) -> Result<(), String> {
     root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let all = report
-        .runs
-        .iter()
-        .flat_map(|r| r.output.measured.latency_curve.iter().map(|p| p.1));
+    let all = report.runs.iter().flat_map(|r| {
+        let predicted = r.predicted.iter().flat_map(|p| &p.measured.latency_curve);
+        r.output
+            .measured
+            .latency_curve
+            .iter()
+            .chain(predicted)
+            .map(|p| p.1)
+    });
     let (lo, hi) = latency_range(all);
-    let title = format!("{}: latency by percentile (simulated)", report.scenario);
+    let title = format!(
+        "{}: latency by percentile ({})",
+        report.scenario,
+        kind(report)
+    );
     let mut chart = ChartBuilder::on(root)
         .caption(title, ("sans-serif", 24))
         .margin(12)
@@ -159,23 +203,31 @@ fn latency_percentile<DB: DrawingBackend>(
         .y_label_formatter(&|v| format!("{v:.0}"))
         .draw()
         .map_err(|e| e.to_string())?;
-    for (i, r) in report.runs.iter().enumerate() {
-        let points = r
-            .output
-            .measured
-            .latency_curve
+    let curve_points = |curve: &[(f64, f64)]| -> Vec<(f64, f64)> {
+        curve
             .iter()
             .filter(|p| p.1 > 0.0)
-            .map(|&(p, ms)| {
-                let x = 1.0 / (1.0 - p / 100.0).max(1e-4);
-                (x, ms)
-            });
+            .map(|&(p, ms)| (1.0 / (1.0 - p / 100.0).max(1e-4), ms))
+            .collect()
+    };
+    for (i, r) in report.runs.iter().enumerate() {
         let c = color(i);
+        let points = curve_points(&r.output.measured.latency_curve);
         chart
             .draw_series(LineSeries::new(points, c.stroke_width(2)))
             .map_err(|e| e.to_string())?
             .label(run_name(r))
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+        if let Some(p) = &r.predicted {
+            let points = curve_points(&p.measured.latency_curve);
+            chart
+                .draw_series(DashedLineSeries::new(points, 6, 4, c.stroke_width(1)))
+                .map_err(|e| e.to_string())?
+                .label(format!("{} (simulated)", p.policy))
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 8, y)], c.stroke_width(1))
+                });
+        }
     }
     chart
         .configure_series_labels()
@@ -217,7 +269,7 @@ fn time_panels<DB: DrawingBackend>(
     log: bool,
 ) -> Result<(), String> {
     root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let title = format!("{}: {what} (simulated)", report.scenario);
+    let title = format!("{}: {what} ({})", report.scenario, kind(report));
     let (top, rest) = root.split_vertically(40);
     top.titled(&title, ("sans-serif", 24))
         .map_err(|e| e.to_string())?;
@@ -303,4 +355,66 @@ where
         .label_font(("sans-serif", 12))
         .draw()
         .map_err(|e| e.to_string())
+}
+
+/// One panel per run: each replica's share of the queries of every second, so a replica that
+/// a policy steers away from (or floods) stands out.
+fn traffic_share<DB: DrawingBackend>(
+    report: &Report,
+    root: &DrawingArea<DB, Shift>,
+) -> Result<(), String> {
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let title = format!(
+        "{}: each replica's share of the queries, per second ({})",
+        report.scenario,
+        kind(report)
+    );
+    let (top, rest) = root.split_vertically(40);
+    top.titled(&title, ("sans-serif", 22))
+        .map_err(|e| e.to_string())?;
+    let n = report.runs.len().max(1);
+    let cols = if n <= 3 { 1 } else { 2 };
+    let rows = n.div_ceil(cols);
+    let areas = rest.split_evenly((rows, cols));
+    let end = report.duration_s.max(1.0);
+    for (r, area) in report.runs.iter().zip(&areas) {
+        let seconds = &r.output.measured.per_second;
+        let share = |s: &crate::metrics::Second, i: usize| {
+            let total: u64 = s.replicas.iter().sum();
+            if total == 0 {
+                0.0
+            } else {
+                s.replicas.get(i).copied().unwrap_or(0) as f64 / total as f64
+            }
+        };
+        let replicas = seconds.iter().map(|s| s.replicas.len()).max().unwrap_or(0);
+        let top_share = seconds
+            .iter()
+            .flat_map(|s| (0..replicas).map(move |i| share(s, i)))
+            .fold(0.0f64, f64::max);
+        let mut chart = ChartBuilder::on(area)
+            .caption(run_name(r), ("sans-serif", 14))
+            .margin(6)
+            .x_label_area_size(24)
+            .y_label_area_size(44)
+            .build_cartesian_2d(0.0..end, 0.0..(top_share * 1.1).max(0.01))
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .x_labels(6)
+            .y_labels(5)
+            .y_label_formatter(&|v| format!("{:.0}%", v * 100.0))
+            .draw()
+            .map_err(|e| e.to_string())?;
+        for i in 0..replicas {
+            let points = seconds
+                .iter()
+                .filter(|s| s.replicas.iter().any(|&q| q > 0))
+                .map(|s| (s.t as f64 + 0.5, share(s, i)));
+            chart
+                .draw_series(LineSeries::new(points, color(i).stroke_width(1)))
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
 }

@@ -41,12 +41,25 @@ pub struct RunResult {
     /// The measurements.
     #[serde(flatten)]
     pub output: RunOutput,
+    /// For a live run (`prequal experiment`): what the simulator predicted for the same
+    /// scenario with the equivalent policy, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted: Option<Box<Prediction>>,
+}
+
+/// The simulator's prediction for a live run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Prediction {
+    /// The core policy simulated (e.g. `least-loaded` for HAProxy's `leastconn`).
+    pub policy: String,
+    /// What the simulation measured.
+    pub measured: crate::metrics::Measured,
 }
 
 /// Everything a scenario run produced.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Report {
-    /// Always true: these numbers come from the simulator.
+    /// True when these numbers come from the simulator, false for a live experiment.
     pub simulated: bool,
     /// Scenario name.
     pub scenario: String,
@@ -180,6 +193,7 @@ pub fn run_all(
                 load: p.load,
                 param: p.param.clone(),
                 output,
+                predicted: None,
             })
         })
         .collect();
@@ -220,6 +234,12 @@ impl Report {
             "errors",
             "timeouts"
         );
+        let with_prediction = self.runs.iter().any(|r| r.predicted.is_some());
+        if with_prediction {
+            // Replace the line end so the prediction column sits on the same line.
+            out.pop();
+            let _ = writeln!(out, " {:>10}", format!("sim<={obj:.0}ms"));
+        }
         for r in &self.runs {
             let s = &r.output.measured.summary;
             let l = &s.latency_ms;
@@ -238,6 +258,18 @@ impl Report {
                 s.errors,
                 s.timeouts
             );
+            if with_prediction {
+                out.pop();
+                match &r.predicted {
+                    Some(p) => {
+                        let within = p.measured.summary.within_objective * 100.0;
+                        let _ = writeln!(out, " {within:>9.3}%");
+                    }
+                    None => {
+                        let _ = writeln!(out, " {:>10}", "-");
+                    }
+                }
+            }
         }
         if self
             .runs
@@ -246,6 +278,53 @@ impl Report {
         {
             out.push('\n');
             out.push_str(&self.phase_table());
+        }
+        out
+    }
+
+    /// The summary table in Markdown (for docs and the experiment's HTML page).
+    pub fn markdown_table(&self) -> String {
+        let mut out = String::new();
+        let obj = self.latency_objective_ms;
+        let with_prediction = self.runs.iter().any(|r| r.predicted.is_some());
+        let _ = write!(
+            out,
+            "| contender | queries | p50 ms | p99 ms | p99.9 ms | max ms | within {obj:.0} ms | errors | timeouts |"
+        );
+        if with_prediction {
+            let _ = write!(out, " simulated within {obj:.0} ms |");
+        }
+        out.push_str("\n|---|--:|--:|--:|--:|--:|--:|--:|--:|");
+        if with_prediction {
+            out.push_str("--:|");
+        }
+        out.push('\n');
+        for r in &self.runs {
+            let s = &r.output.measured.summary;
+            let l = &s.latency_ms;
+            let _ = write!(
+                out,
+                "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.3}% | {} | {} |",
+                label_with_param(r),
+                s.queries,
+                l.p50,
+                l.p99,
+                l.p999,
+                l.max,
+                s.within_objective * 100.0,
+                s.errors,
+                s.timeouts
+            );
+            if with_prediction {
+                match &r.predicted {
+                    Some(p) => {
+                        let within = p.measured.summary.within_objective * 100.0;
+                        let _ = write!(out, " {within:.3}% ({}) |", p.policy);
+                    }
+                    None => out.push_str(" - |"),
+                }
+            }
+            out.push('\n');
         }
         out
     }

@@ -79,6 +79,37 @@ pub struct Scenario {
     /// Optional sweep over load and one policy parameter.
     #[serde(default)]
     pub sweep: Option<SweepSpec>,
+    /// How `prequal experiment` runs the scenario live (the simulator ignores it).
+    #[serde(default)]
+    pub experiment: ExperimentSpec,
+}
+
+/// `[experiment]`: the live run of a scenario by `prequal experiment` (docs/testbed.md). The
+/// simulator ignores this section; every key is optional.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExperimentSpec {
+    /// Independent balancer instances per contender, the load spread evenly over them
+    /// (default: `clients.count`, the simulator's independent clients).
+    #[serde(default)]
+    pub proxies: Option<u32>,
+    /// HAProxy `balance` algorithms to run when HAProxy is installed (default: `roundrobin`,
+    /// `leastconn`, `random(2)`; `[]` for none).
+    #[serde(default)]
+    pub haproxy: Option<Vec<String>>,
+    /// nginx upstream methods to run when nginx is installed (default: `round-robin`,
+    /// `least_conn`, `random two least_conn`; `[]` for none).
+    #[serde(default)]
+    pub nginx: Option<Vec<String>>,
+    /// Also run the load straight at the replicas, spread round robin (default false).
+    #[serde(default)]
+    pub direct: bool,
+    /// Speak HTTP/2 (h2c) from the load generator to the balancers (default false: HTTP/1.1).
+    #[serde(default)]
+    pub http2: bool,
+    /// A request unanswered after this long is a timeout (default: `clients.deadline`, else 30 s).
+    #[serde(default, with = "humantime_serde")]
+    pub timeout: Option<Duration>,
 }
 
 fn default_seed() -> u64 {

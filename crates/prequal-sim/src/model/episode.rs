@@ -24,8 +24,7 @@ use serde::{Deserialize, Serialize};
 use super::ModelError;
 
 /// A selection of replicas by index.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(into = "String")]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ServerSet {
     /// Every replica.
     All,
@@ -37,6 +36,16 @@ pub enum ServerSet {
     Range(u32, u32),
     /// These replicas.
     List(Vec<u32>),
+}
+
+/// Written back as it is read: a list as a TOML array, the rest as their keyword or range.
+impl Serialize for ServerSet {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ServerSet::List(list) => list.serialize(serializer),
+            other => serializer.collect_str(other),
+        }
+    }
 }
 
 impl From<ServerSet> for String {

@@ -101,3 +101,29 @@ fn trace_files_resolve_next_to_the_scenario() {
     assert!(err.contains("nope.txt"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `prequal experiment` hands the scenario to its replicas by writing it back as TOML, so every
+/// shipped scenario must survive the round trip unchanged.
+#[test]
+fn shipped_scenarios_round_trip_through_toml() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        let first = Scenario::load(&path).unwrap();
+        let text = toml::to_string(&first.scenario).unwrap();
+        let second = Scenario::parse(&text, &path).unwrap();
+        assert_eq!(first.phases, second.phases, "{}", path.display());
+        assert_eq!(
+            toml::to_string(&second.scenario).unwrap(),
+            text,
+            "{}",
+            path.display()
+        );
+        seen += 1;
+    }
+    assert!(seen >= 8, "found {seen} scenarios in {}", dir.display());
+}
