@@ -16,7 +16,6 @@
 //! the policy with its outcome (a 5xx is an error, so error aversion sees fast failures; so is
 //! a gRPC status that blames the server, see [`grpc_failed`]).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -29,7 +28,7 @@ use prequal_server::protocol::{LOAD_HEADER, parse_reply};
 
 use crate::body::{ProxyBody, Tracked, TryGuard, empty, full, grpc_failed};
 use crate::cluster::{Chosen, Cluster};
-use crate::headers::{add_forwarding, strip_hop_by_hop};
+use crate::headers::{ClientHop, add_forwarding, strip_hop_by_hop};
 
 /// Limits that apply to every request, from `[server]`.
 #[derive(Debug, Clone, Copy)]
@@ -60,7 +59,7 @@ fn is_idempotent(method: &Method) -> bool {
 pub async fn forward(
     cluster: &Arc<Cluster>,
     request: Request<Incoming>,
-    client: SocketAddr,
+    client: &ClientHop,
     limits: Limits,
 ) -> Response<ProxyBody> {
     let (mut parts, body) = request.into_parts();
@@ -120,7 +119,7 @@ fn too_large(headers: &http::HeaderMap, limits: Limits) -> bool {
 }
 
 /// Rewrites the request head for the replica: host, hop-by-hop, forwarding headers.
-fn prepare_headers(parts: &mut http::request::Parts, client: SocketAddr, upstream: Version) {
+fn prepare_headers(parts: &mut http::request::Parts, client: &ClientHop, upstream: Version) {
     // HTTP/2 clients name the host in :authority; keep it for an HTTP/1.1 replica.
     if !parts.headers.contains_key(header::HOST)
         && let Some(authority) = parts.uri.authority()
@@ -237,17 +236,14 @@ fn upstream_request(
     version: http::Version,
     body: ProxyBody,
 ) -> Option<Request<ProxyBody>> {
-    let path = parts
-        .uri
-        .path_and_query()
-        .map(|p| p.as_str())
-        .unwrap_or("/");
-    let uri = http::Uri::builder()
-        .scheme("http")
-        .authority(chosen.authority.clone())
-        .path_and_query(path)
-        .build()
-        .ok()?;
+    let mut uri = http::uri::Parts::default();
+    uri.scheme = Some(http::uri::Scheme::HTTP);
+    uri.authority = Some(chosen.authority.clone());
+    uri.path_and_query = Some(match parts.uri.path_and_query() {
+        Some(path) => path.clone(),
+        None => http::uri::PathAndQuery::from_static("/"),
+    });
+    let uri = http::Uri::from_parts(uri).ok()?;
     let mut request = Request::new(body);
     *request.method_mut() = parts.method.clone();
     *request.uri_mut() = uri;

@@ -5,26 +5,40 @@
 //! the one exception kept on requests, because gRPC servers require it to promise trailers. On
 //! requests the proxy then records itself: the client's address is appended to
 //! `X-Forwarded-For` and to `Forwarded` (RFC 7239), and `Via` gets this hop.
+//!
+//! Both run on every request, so they are shaped for the common case: stripping first scans the
+//! few headers a request has and touches the map only if one of them is hop-by-hop, and the
+//! client's address is formatted once per connection ([`ClientHop`]), not once per request.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use http::Version;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
 /// Headers that are always hop-by-hop.
 /// (`Trailer` is not among them: it describes the message, and HTTP/1.1 senders need it to
 /// forward trailers.)
-const HOP_BY_HOP: [HeaderName; 6] = [
+const HOP_BY_HOP: [HeaderName; 8] = [
     header::CONNECTION,
     header::PROXY_AUTHENTICATE,
     header::PROXY_AUTHORIZATION,
     header::TE,
     header::TRANSFER_ENCODING,
     header::UPGRADE,
+    KEEP_ALIVE,
+    PROXY_CONNECTION,
 ];
 
 /// Removes hop-by-hop headers. `keep_te_trailers` keeps a `TE: trailers` request header.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_te_trailers: bool) {
+    // Most messages carry none: one pass over the names, no hashing, and done.
+    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
+        return;
+    }
     let keep_te = keep_te_trailers
         && headers
             .get_all(header::TE)
@@ -44,31 +58,63 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_te_trailers: bool) {
     for name in HOP_BY_HOP {
         headers.remove(name);
     }
-    headers.remove("keep-alive");
-    headers.remove("proxy-connection");
     if keep_te {
         headers.insert(header::TE, HeaderValue::from_static("trailers"));
     }
 }
 
+/// The client end of one connection, with its forwarding header values formatted once.
+#[derive(Debug, Clone)]
+pub struct ClientHop {
+    ip: IpAddr,
+    /// The address alone, the `X-Forwarded-For` value when the request has none.
+    xff: HeaderValue,
+    /// `for=...;proto=http`, the `Forwarded` element for this hop.
+    forwarded: HeaderValue,
+}
+
+impl ClientHop {
+    /// Formats the values for a client at `client`.
+    pub fn new(client: SocketAddr) -> Self {
+        let ip = client.ip();
+        // RFC 7239: IPv6 addresses are quoted and bracketed.
+        let node = match ip {
+            IpAddr::V4(v4) => v4.to_string(),
+            IpAddr::V6(v6) => format!("\"[{v6}]\""),
+        };
+        // An IP address in text is always a valid header value.
+        let value = |text: String| {
+            HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static("unknown"))
+        };
+        ClientHop {
+            ip,
+            xff: value(ip.to_string()),
+            forwarded: value(format!("for={node};proto=http")),
+        }
+    }
+
+    /// The client's address.
+    pub fn ip(&self) -> IpAddr {
+        self.ip
+    }
+}
+
 /// Appends this hop to `X-Forwarded-For`, `Forwarded` and `Via`.
-pub fn add_forwarding(headers: &mut HeaderMap, client: SocketAddr, version: Version) {
-    let ip = client.ip();
-    let xff = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-        Some(prior) => format!("{prior}, {ip}"),
-        None => ip.to_string(),
+pub fn add_forwarding(headers: &mut HeaderMap, client: &ClientHop, version: Version) {
+    let xff = match headers.get(&X_FORWARDED_FOR) {
+        None => Some(client.xff.clone()),
+        Some(prior) => {
+            let mut joined = Vec::with_capacity(prior.len() + 2 + client.xff.len());
+            joined.extend_from_slice(prior.as_bytes());
+            joined.extend_from_slice(b", ");
+            joined.extend_from_slice(client.xff.as_bytes());
+            HeaderValue::from_bytes(&joined).ok()
+        }
     };
-    if let Ok(value) = HeaderValue::from_str(&xff) {
-        headers.insert("x-forwarded-for", value);
+    if let Some(value) = xff {
+        headers.insert(X_FORWARDED_FOR, value);
     }
-    // RFC 7239: IPv6 addresses are quoted and bracketed.
-    let node = match ip {
-        std::net::IpAddr::V4(v4) => v4.to_string(),
-        std::net::IpAddr::V6(v6) => format!("\"[{v6}]\""),
-    };
-    if let Ok(value) = HeaderValue::from_str(&format!("for={node};proto=http")) {
-        headers.append(header::FORWARDED, value);
-    }
+    headers.append(header::FORWARDED, client.forwarded.clone());
     let via = match version {
         Version::HTTP_2 => "2 prequal",
         Version::HTTP_10 => "1.0 prequal",
@@ -103,17 +149,43 @@ mod tests {
     }
 
     #[test]
+    fn strips_each_fixed_header_alone() {
+        for name in [
+            "keep-alive",
+            "proxy-connection",
+            "upgrade",
+            "transfer-encoding",
+        ] {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+            headers.insert(name, HeaderValue::from_static("x"));
+            strip_hop_by_hop(&mut headers, true);
+            assert!(headers.get(name).is_none(), "{name} kept");
+            assert_eq!(headers.len(), 1);
+        }
+        let mut clean = HeaderMap::new();
+        clean.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        strip_hop_by_hop(&mut clean, false);
+        assert_eq!(clean.len(), 1);
+    }
+
+    #[test]
     fn forwarding_headers_append() {
         let mut headers = HeaderMap::new();
         headers.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
-        let client: SocketAddr = "127.0.0.1:5555".parse().unwrap();
-        add_forwarding(&mut headers, client, Version::HTTP_11);
+        let client = ClientHop::new("127.0.0.1:5555".parse().unwrap());
+        add_forwarding(&mut headers, &client, Version::HTTP_11);
         assert_eq!(headers["x-forwarded-for"], "10.0.0.1, 127.0.0.1");
         assert_eq!(headers[header::FORWARDED], "for=127.0.0.1;proto=http");
         assert_eq!(headers[header::VIA], "1.1 prequal");
-        let v6: SocketAddr = "[::1]:5555".parse().unwrap();
-        add_forwarding(&mut headers, v6, Version::HTTP_2);
+        let v6 = ClientHop::new("[::1]:5555".parse().unwrap());
+        add_forwarding(&mut headers, &v6, Version::HTTP_2);
         let forwarded: Vec<_> = headers.get_all(header::FORWARDED).iter().collect();
         assert_eq!(forwarded[1], "for=\"[::1]\";proto=http");
+        assert_eq!(headers["x-forwarded-for"], "10.0.0.1, 127.0.0.1, ::1");
+        let mut fresh = HeaderMap::new();
+        add_forwarding(&mut fresh, &client, Version::HTTP_10);
+        assert_eq!(fresh["x-forwarded-for"], "127.0.0.1");
+        assert_eq!(fresh[header::VIA], "1.0 prequal");
     }
 }

@@ -25,6 +25,7 @@ use tokio::net::TcpListener;
 use crate::body::ProxyBody;
 use crate::config::{ProxyConfig, ServerConfig};
 use crate::forward::{Limits, forward, local_response};
+use crate::headers::ClientHop;
 use crate::metrics::Metrics;
 use crate::routing::Routing;
 
@@ -201,7 +202,9 @@ impl Proxy {
             };
             let _ = stream.set_nodelay(true);
             let state = Arc::clone(&shared);
-            let service = service_fn(move |req| handle(Arc::clone(&state), req, remote, limits));
+            let client = Arc::new(ClientHop::new(remote));
+            let service =
+                service_fn(move |req| handle(Arc::clone(&state), req, Arc::clone(&client), limits));
             let conn = builder
                 .serve_connection(TokioIo::new(stream), service)
                 .into_owned();
@@ -245,7 +248,7 @@ async fn log_end<E: std::fmt::Display>(connection: impl Future<Output = Result<(
 async fn handle(
     shared: Arc<Shared>,
     request: Request<Incoming>,
-    remote: SocketAddr,
+    client: Arc<ClientHop>,
     limits: Limits,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let routing = shared.routing();
@@ -257,7 +260,7 @@ async fn handle(
     let metrics = &cluster.metrics;
     metrics.requests.inc();
     let start = Instant::now();
-    let response = forward(&cluster, request, remote, limits).await;
+    let response = forward(&cluster, request, &client, limits).await;
     metrics.duration.observe(start.elapsed().as_secs_f64());
     metrics.response(response.status().as_u16());
     Ok(response)
