@@ -10,24 +10,10 @@ use std::process::ExitCode;
 use prequal_proxy::{Proxy, ProxyConfig};
 
 fn main() -> ExitCode {
-    // PREQUAL_WORKERS=N picks the number of runtime threads (default: one per core; 1 runs
-    // everything on the current thread).
-    let workers: usize = std::env::var("PREQUAL_WORKERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let runtime = match workers {
-        1 => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build(),
-        0 => tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build(),
-        n => tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(n)
-            .enable_all()
-            .build(),
-    };
+    // The proxy starts its other data-plane threads itself; this one runs the accept loop.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
     match runtime {
         Ok(runtime) => runtime.block_on(run()),
         Err(error) => {
@@ -55,6 +41,13 @@ async fn run() -> ExitCode {
         }
     };
     config.admin.enabled = false;
+    // PREQUAL_WORKERS=N sets `server.worker_threads` (default 0: one per core).
+    if let Some(workers) = std::env::var("PREQUAL_WORKERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        config.server.worker_threads = workers;
+    }
     let proxy = match Proxy::bind(&config).await {
         Ok(proxy) => proxy,
         Err(error) => {

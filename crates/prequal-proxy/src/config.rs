@@ -91,9 +91,19 @@ pub struct ServerConfig {
     /// How long shutdown waits for in-flight requests. Default `30s`.
     #[serde(with = "humantime_serde")]
     pub drain_timeout: Duration,
-    /// Runtime threads for `prequal proxy`: 0 means one per core, 1 runs everything on one
-    /// thread (the least CPU per request). Default 0.
+    /// Data-plane threads, each a single-threaded runtime with its own upstream connection
+    /// pools; accepted connections are dealt to them in turn. 0 means one per core. Default 0.
     pub worker_threads: usize,
+}
+
+impl ServerConfig {
+    /// The number of data-plane threads `worker_threads` stands for (at least 1).
+    pub fn workers(&self) -> usize {
+        match self.worker_threads {
+            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            n => n,
+        }
+    }
 }
 
 impl Default for ServerConfig {

@@ -113,7 +113,7 @@ async fn fetch(
         .uri(uri)
         .version(cluster.version())
         .body(empty())?;
-    let response = cluster.probe_client.request(request).await?;
+    let response = cluster.probe_client().request(request).await?;
     if response.status() != http::StatusCode::OK {
         return Err(format!("probe answered {}", response.status()).into());
     }

@@ -45,19 +45,24 @@ impl Routing {
             let kept = previous
                 .and_then(|p| p.clusters.get(name))
                 .filter(|c| c.config() == cluster_config);
-            let cluster =
-                match kept {
-                    Some(cluster) => Arc::clone(cluster),
-                    None => {
-                        let cluster = Cluster::start(name, cluster_config, epoch, metrics)
-                            .map_err(|source| BuildError {
-                                cluster: name.clone(),
-                                source,
-                            })?;
-                        crate::discovery::start(&cluster);
-                        cluster
-                    }
-                };
+            let cluster = match kept {
+                Some(cluster) => Arc::clone(cluster),
+                None => {
+                    let cluster = Cluster::start(
+                        name,
+                        cluster_config,
+                        epoch,
+                        metrics,
+                        config.server.workers(),
+                    )
+                    .map_err(|source| BuildError {
+                        cluster: name.clone(),
+                        source,
+                    })?;
+                    crate::discovery::start(&cluster);
+                    cluster
+                }
+            };
             clusters.insert(name.clone(), cluster);
         }
         let routes = config

@@ -2,11 +2,17 @@
 //! graceful drain on shutdown, and reload by swapping the routing table.
 //!
 //! Connections are served by `hyper_util::server::conn::auto`, which reads the first bytes to
-//! tell the HTTP/2 preface from an HTTP/1.1 request. Every connection is watched by a
-//! `GracefulShutdown`: on shutdown the listener closes at once, idle keep-alive connections are
+//! tell the HTTP/2 preface from an HTTP/1.1 request. The data plane is thread-per-core: one
+//! task accepts and deals connections in turn to `server.worker_threads` threads (itself
+//! included), each a single-threaded tokio runtime with its own upstream connection pools, so a
+//! request never wakes another thread on its way through. Measured on two cores, this costs
+//! about a fifth less CPU per request than one work-stealing runtime (docs/performance.md).
+//! Only the clusters' policy state is shared, behind each cluster's short-held lock. Every connection is watched by a
+//! `GracefulShutdown` of its thread: on shutdown the listener closes at once, idle keep-alive connections are
 //! closed, HTTP/2 connections get a GOAWAY, and requests in flight run to completion (up to
 //! `server.drain_timeout`).
 
+use std::cell::Cell;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -20,7 +26,8 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::body::ProxyBody;
 use crate::config::{ProxyConfig, ServerConfig};
@@ -172,6 +179,10 @@ impl Proxy {
     }
 
     /// Serves until `shutdown` completes, then drains in-flight requests and returns.
+    ///
+    /// The calling task accepts; connections are dealt in turn to this thread and to
+    /// `server.worker_threads - 1` more threads, each a single-threaded runtime, so that a
+    /// request, its upstream connection and its response stay on one thread.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let Proxy {
             shared,
@@ -180,11 +191,11 @@ impl Proxy {
         } = self;
         let admin_task = admin.map(|l| tokio::spawn(crate::admin::serve(l, Arc::clone(&shared))));
         let server = shared.routing().config().server.clone();
-        let builder = connection_builder(&server);
-        let limits = Limits {
-            max_body_bytes: server.max_body_bytes,
-        };
-        let graceful = GracefulShutdown::new();
+        let workers: Vec<Worker> = (1..server.workers())
+            .filter_map(|index| Worker::spawn(index, &shared, &server))
+            .collect();
+        let local = Serving::new(&server);
+        let mut next = 0usize;
         tokio::pin!(shutdown);
         loop {
             let accepted = tokio::select! {
@@ -201,26 +212,143 @@ impl Proxy {
                 }
             };
             let _ = stream.set_nodelay(true);
-            let state = Arc::clone(&shared);
-            let client = Arc::new(ClientHop::new(remote));
-            let service =
-                service_fn(move |req| handle(Arc::clone(&state), req, Arc::clone(&client), limits));
-            let conn = builder
-                .serve_connection(TokioIo::new(stream), service)
-                .into_owned();
-            tokio::spawn(log_end(graceful.watch(conn)));
+            next = (next + 1) % (workers.len() + 1);
+            match next.checked_sub(1).and_then(|i| workers.get(i)) {
+                None => local.serve(stream, remote, &shared),
+                Some(worker) => worker.hand_over(stream, remote, &local, &shared),
+            }
         }
         drop(listener);
         shared.draining.store(true, Ordering::Relaxed);
         tracing::info!("draining in-flight requests");
-        if tokio::time::timeout(server.drain_timeout, graceful.shutdown())
+        // Closing a worker's queue makes it drain; all threads drain at the same time.
+        let stopped: Vec<_> = workers.into_iter().map(|w| w.done).collect();
+        local.drain(server.drain_timeout).await;
+        for done in stopped {
+            let _ = done.await;
+        }
+        if let Some(task) = admin_task {
+            task.abort();
+        }
+    }
+}
+
+thread_local! {
+    static WORKER: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The data-plane worker the current thread is: 0 for the thread that runs [`Proxy::run`] (and
+/// any thread that is not a worker), 1.. for the threads it starts.
+pub(crate) fn worker_index() -> usize {
+    WORKER.with(Cell::get)
+}
+
+/// What one thread needs to serve connections: the HTTP/1.1 + HTTP/2 builder, the limits, and
+/// the watcher that drains its connections on shutdown.
+struct Serving {
+    builder: auto::Builder<TokioExecutor>,
+    limits: Limits,
+    graceful: GracefulShutdown,
+}
+
+impl Serving {
+    fn new(server: &ServerConfig) -> Self {
+        Serving {
+            builder: connection_builder(server),
+            limits: Limits {
+                max_body_bytes: server.max_body_bytes,
+            },
+            graceful: GracefulShutdown::new(),
+        }
+    }
+
+    /// Serves one connection as a task on the current runtime.
+    fn serve(&self, stream: TcpStream, remote: SocketAddr, shared: &Arc<Shared>) {
+        let state = Arc::clone(shared);
+        let client = Arc::new(ClientHop::new(remote));
+        let limits = self.limits;
+        let service =
+            service_fn(move |req| handle(Arc::clone(&state), req, Arc::clone(&client), limits));
+        let conn = self
+            .builder
+            .serve_connection(TokioIo::new(stream), service)
+            .into_owned();
+        tokio::spawn(log_end(self.graceful.watch(conn)));
+    }
+
+    /// Closes idle connections, sends GOAWAY on HTTP/2 ones, and waits for requests in flight
+    /// (at most `limit`).
+    async fn drain(self, limit: std::time::Duration) {
+        if tokio::time::timeout(limit, self.graceful.shutdown())
             .await
             .is_err()
         {
             tracing::warn!("drain timeout reached; closing remaining connections");
         }
-        if let Some(task) = admin_task {
-            task.abort();
+    }
+}
+
+/// A data-plane thread: its queue of accepted connections, and a signal that it has drained.
+struct Worker {
+    queue: mpsc::UnboundedSender<(std::net::TcpStream, SocketAddr)>,
+    done: oneshot::Receiver<()>,
+}
+
+impl Worker {
+    /// Starts worker `index` on a thread of its own; `None` (logged) if the system refuses.
+    fn spawn(index: usize, shared: &Arc<Shared>, server: &ServerConfig) -> Option<Worker> {
+        let (queue, mut accepted) = mpsc::unbounded_channel::<(std::net::TcpStream, SocketAddr)>();
+        let (finished, done) = oneshot::channel();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|error| tracing::warn!(%error, index, "cannot start a worker runtime"))
+            .ok()?;
+        let shared = Arc::clone(shared);
+        let server = server.clone();
+        let work = async move {
+            let serving = Serving::new(&server);
+            while let Some((stream, remote)) = accepted.recv().await {
+                match TcpStream::from_std(stream) {
+                    Ok(stream) => serving.serve(stream, remote, &shared),
+                    Err(error) => tracing::debug!(%error, "cannot adopt a connection"),
+                }
+            }
+            serving.drain(server.drain_timeout).await;
+        };
+        std::thread::Builder::new()
+            .name(format!("prequal-worker-{index}"))
+            .spawn(move || {
+                WORKER.with(|w| w.set(index));
+                runtime.block_on(work);
+                let _ = finished.send(());
+            })
+            .map_err(|error| tracing::warn!(%error, index, "cannot start a worker thread"))
+            .ok()?;
+        Some(Worker { queue, done })
+    }
+
+    /// Passes an accepted connection to this worker, or serves it on `fallback` if the worker
+    /// is gone.
+    fn hand_over(
+        &self,
+        stream: TcpStream,
+        remote: SocketAddr,
+        fallback: &Serving,
+        shared: &Arc<Shared>,
+    ) {
+        let stream = match stream.into_std() {
+            Ok(stream) => stream,
+            Err(error) => {
+                tracing::debug!(%error, "cannot hand a connection over");
+                return;
+            }
+        };
+        if let Err(mpsc::error::SendError((stream, remote))) = self.queue.send((stream, remote)) {
+            match TcpStream::from_std(stream) {
+                Ok(stream) => fallback.serve(stream, remote, shared),
+                Err(error) => tracing::debug!(%error, "cannot adopt a connection"),
+            }
         }
     }
 }

@@ -260,3 +260,43 @@ async fn admin_views(proto: Proto) {
     assert_eq!(get(&admin, proxy.admin, "/clusters/nope").await.0, 404);
 }
 over_h1_and_h2!(admin_serves_metrics_health_and_cluster_views, admin_views);
+
+/// Connections are dealt to three data-plane threads, each with its own upstream pools; requests
+/// in flight on every thread complete when the proxy drains.
+async fn worker_threads_serve_and_drain(proto: Proto) {
+    let backend = Backend::start().await;
+    backend.set_delay_ms(300);
+    let text = config_text(&[&backend], proto, "\"round-robin\"", "")
+        .replace("[server]\n", "[server]\nworker_threads = 3\n");
+    let mut proxy = start_proxy(&text).await;
+    let addr = proxy.addr;
+    // One client per request: six downstream connections, two per thread.
+    let requests: Vec<_> = (0..6)
+        .map(|_| {
+            let client = client_again(proto);
+            tokio::spawn(async move { get(&client, addr, "/slow").await })
+        })
+        .collect();
+    for _ in 0..1000 {
+        if backend.in_flight.load(Ordering::SeqCst) == 6 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert_eq!(backend.in_flight.load(Ordering::SeqCst), 6);
+    // Each thread opened its own upstream connections (HTTP/2 would share one otherwise).
+    assert!(backend.connections.load(Ordering::SeqCst) >= 3);
+    proxy.shutdown();
+    for request in requests {
+        let (status, body) = request.await.unwrap();
+        assert_eq!((status, body.as_str()), (200, "ok"));
+    }
+    tokio::time::timeout(Duration::from_secs(10), &mut proxy.task)
+        .await
+        .expect("proxy stopped after every thread drained")
+        .unwrap();
+}
+over_h1_and_h2!(
+    worker_threads_serve_and_drain_together,
+    worker_threads_serve_and_drain
+);

@@ -57,19 +57,12 @@ pub fn run(args: &Args) -> Result<()> {
         .with_writer(std::io::stderr)
         .try_init();
     let config = load(args)?;
-    let runtime = match config.server.worker_threads {
-        0 => tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build(),
-        1 => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build(),
-        n => tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(n)
-            .enable_all()
-            .build(),
-    }
-    .context("prequal proxy: starting tokio")?;
+    // The proxy starts its other data-plane threads (`server.worker_threads`) itself; this one
+    // accepts, and runs the admin listener, reloads and signals.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("prequal proxy: starting tokio")?;
     runtime.block_on(async {
         let proxy = Proxy::bind(&config).await.context("prequal proxy")?;
         let listen = proxy

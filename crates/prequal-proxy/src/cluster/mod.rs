@@ -67,8 +67,11 @@ pub struct Cluster {
     config: ClusterConfig,
     epoch: Instant,
     core: Mutex<Core>,
-    client: Client<HttpConnector, ProxyBody>,
-    pub(crate) probe_client: Client<HttpConnector, ProxyBody>,
+    /// One pooled client per data-plane worker, so a worker's requests use connections its
+    /// own runtime drives (no cross-thread wake-ups on the hot path).
+    clients: Vec<Client<HttpConnector, ProxyBody>>,
+    /// The same for probes, whose pools are kept apart from requests'.
+    probe_clients: Vec<Client<HttpConnector, ProxyBody>>,
     pub(crate) probe_timeout: Duration,
     pub(crate) probe_slots: Arc<Semaphore>,
     pub(crate) wake: Arc<Notify>,
@@ -85,12 +88,14 @@ impl Drop for Cluster {
 }
 
 impl Cluster {
-    /// Builds the cluster (the config must have been validated) and starts its timer task.
+    /// Builds the cluster (the config must have been validated) with connection pools for
+    /// `workers` data-plane threads, and starts its timer task.
     pub fn start(
         name: &str,
         config: &ClusterConfig,
         epoch: Instant,
         registry: &Arc<Metrics>,
+        workers: usize,
     ) -> Result<Arc<Self>, prequal_core::ConfigError> {
         let policy = config.policy.build()?;
         let probe_timeout = policy.probe_timeout().unwrap_or(DEFAULT_PROBE_TIMEOUT);
@@ -121,8 +126,8 @@ impl Cluster {
             config: config.clone(),
             epoch,
             core: Mutex::new(core),
-            client: build_client(config),
-            probe_client: build_client(config),
+            clients: (0..workers.max(1)).map(|_| build_client(config)).collect(),
+            probe_clients: (0..workers.max(1)).map(|_| build_client(config)).collect(),
             probe_timeout,
             probe_slots: Arc::new(Semaphore::new(config.max_probes_in_flight)),
             wake: Arc::new(Notify::new()),
@@ -144,9 +149,14 @@ impl Cluster {
         &self.config
     }
 
-    /// The pooled client for requests.
+    /// The pooled client for requests made on this thread.
     pub fn client(&self) -> &Client<HttpConnector, ProxyBody> {
-        &self.client
+        &self.clients[crate::server::worker_index() % self.clients.len()]
+    }
+
+    /// The pooled client for probes sent from this thread.
+    pub(crate) fn probe_client(&self) -> &Client<HttpConnector, ProxyBody> {
+        &self.probe_clients[crate::server::worker_index() % self.probe_clients.len()]
     }
 
     /// The HTTP version spoken to the replicas.
