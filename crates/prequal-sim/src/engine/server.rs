@@ -195,9 +195,11 @@ impl Sim<'_> {
         self.done.clear();
         // Arm a wake-up only when the next completion moved earlier than the one armed: most
         // changes (arrivals) only push completions later, and an early wake-up that finds
-        // nothing due simply re-arms. This keeps stale wake-ups out of the event queue.
+        // nothing due simply re-arms. This keeps stale wake-ups out of the event queue. Probe
+        // overhead finishing changes nothing observable, so wake-ups skip past it to the next
+        // query that finishes (the CPU model steps through the overhead exactly as if woken).
         let server = &mut self.servers[s as usize];
-        let next = server.model.cpu().and_then(|c| c.next_completion());
+        let next = server.model.cpu().and_then(|c| c.next_awaited_completion());
         if let Some(at) = next
             && server.wake.is_none_or(|armed| at < armed)
         {

@@ -28,6 +28,9 @@ pub struct JobId {
     tag: u64,
     /// Arrival number, unique within its model.
     seq: u64,
+    /// Overhead (a probe's cost): it takes its share of the CPU, but nobody waits for it to
+    /// finish. Never decides the order, since `seq` is unique.
+    overhead: bool,
 }
 
 impl std::hash::Hash for JobId {
@@ -56,6 +59,20 @@ pub struct CpuModel {
 /// Finish tags are non-negative finite floats; their bit patterns sort like the numbers.
 fn tag_key(tag: f64) -> u64 {
     tag.max(0.0).to_bits()
+}
+
+/// Whole nanoseconds until `remaining` work (clamped at 0) is done at `rate`, rounded up: the
+/// same value as `(remaining / rate).ceil() as u64` without a call into libm, which the
+/// baseline x86-64 target makes for `ceil`.
+fn ceil_nanos(remaining: f64, rate: f64) -> u64 {
+    let x = remaining.max(0.0) / rate;
+    let whole = x as u64;
+    // `as` truncates (and saturates); below 2^64 a fraction left means one more nanosecond.
+    if (whole as f64) < x {
+        whole.saturating_add(1)
+    } else {
+        whole
+    }
 }
 
 impl CpuModel {
@@ -122,9 +139,49 @@ impl CpuModel {
         if rate <= 0.0 {
             return None;
         }
-        let remaining = (f64::from_bits(tag) - self.attained).max(0.0);
-        let dt = (remaining / rate).ceil();
-        Some(self.last + Duration::from_nanos(dt as u64))
+        Some(
+            self.last + Duration::from_nanos(ceil_nanos(f64::from_bits(tag) - self.attained, rate)),
+        )
+    }
+
+    /// When the next job that is not overhead finishes at the current capacity, if any can.
+    ///
+    /// Overhead jobs that finish first are stepped over exactly as [`CpuModel::advance`] would
+    /// step through them (same rounding, same order), so a driver that wakes only at this time
+    /// sees the very state it would have seen waking at every completion. Nothing observable
+    /// happens when an overhead job finishes, so a simulator need not schedule those wake-ups.
+    pub fn next_awaited_completion(&self) -> Option<Time> {
+        let first = self.jobs.first()?;
+        if !first.overhead {
+            return self.next_completion();
+        }
+        let (mut attained, mut last) = (self.attained, self.last);
+        let mut left = self.jobs.len();
+        let mut jobs = self.jobs.iter().peekable();
+        loop {
+            let tag = f64::from_bits(jobs.peek()?.tag);
+            let rate = self.per_job_cores.min(self.cores / left as f64);
+            if rate <= 0.0 {
+                return None;
+            }
+            let at = last + Duration::from_nanos(ceil_nanos(tag - attained, rate));
+            // As `run_until(at)` then `pop_finished`.
+            if at > last {
+                let dt = at.saturating_since(last).as_nanos() as f64;
+                attained += rate * dt;
+                last = at;
+            }
+            while let Some(job) = jobs.next_if(|j| f64::from_bits(j.tag) <= attained + EPSILON_WORK)
+            {
+                if !job.overhead {
+                    return Some(at);
+                }
+                left -= 1;
+            }
+            if left == 0 {
+                return None;
+            }
+        }
     }
 
     /// Advances to `now`, appending every job that finished by then to `done` in finishing
@@ -154,10 +211,22 @@ impl CpuModel {
     /// A job with `work` (CPU time at one full core) arrives at `now`. Finished jobs are
     /// appended to `done` first.
     pub fn arrive(&mut self, now: Time, work: Duration, done: &mut Vec<JobId>) -> JobId {
+        self.admit(now, work, false, done)
+    }
+
+    /// Like [`CpuModel::arrive`], for overhead work nobody waits for (a probe's CPU cost): it
+    /// shares the CPU like any job, still shows up in `done` when it finishes, but
+    /// [`CpuModel::next_awaited_completion`] looks past it.
+    pub fn arrive_overhead(&mut self, now: Time, work: Duration, done: &mut Vec<JobId>) -> JobId {
+        self.admit(now, work, true, done)
+    }
+
+    fn admit(&mut self, now: Time, work: Duration, overhead: bool, done: &mut Vec<JobId>) -> JobId {
         self.advance(now, done);
         let id = JobId {
             tag: tag_key(self.attained + work.as_nanos() as f64),
             seq: self.next_id,
+            overhead,
         };
         self.next_id += 1;
         self.jobs.insert(id);
@@ -207,6 +276,70 @@ mod tests {
         let mut done = Vec::new();
         cpu.arrive(Time::ZERO, ms(10), &mut done);
         assert_eq!(cpu.next_completion(), Some(Time::from_millis(10)));
+    }
+
+    /// Waking only at the awaited completion leaves the model exactly where waking at every
+    /// completion would, and at the same instant.
+    #[test]
+    fn awaited_completion_steps_over_overhead_exactly() {
+        let build = || {
+            let mut cpu = CpuModel::new(1.3, 1.0);
+            let mut done = Vec::new();
+            let us = Duration::from_micros;
+            let query = cpu.arrive(Time::ZERO, us(5_003), &mut done);
+            for i in 0..5u64 {
+                cpu.arrive_overhead(Time::from_micros(7 * i), us(20 + 3 * i), &mut done);
+            }
+            let late = cpu.arrive(Time::from_micros(40), us(9_000), &mut done);
+            (cpu, query, late)
+        };
+        let (mut stepped, query, _) = build();
+        assert_eq!(
+            stepped
+                .next_completion()
+                .map(|t| t < Time::from_micros(200)),
+            Some(true),
+            "an overhead job finishes first"
+        );
+        let mut woken = Vec::new();
+        let mut done = Vec::new();
+        while let Some(at) = stepped.next_completion() {
+            stepped.advance(at, &mut done);
+            woken.push(at);
+            if done.contains(&query) {
+                break;
+            }
+        }
+        let (mut direct, _, late) = build();
+        let at = direct.next_awaited_completion();
+        assert_eq!(at, woken.last().copied());
+        assert!(woken.len() > 1);
+        let mut direct_done = Vec::new();
+        direct.advance(at.unwrap(), &mut direct_done);
+        assert_eq!(direct_done, done);
+        assert_eq!(direct.next_awaited_completion(), stepped.next_completion());
+        assert_eq!(direct.attained.to_bits(), stepped.attained.to_bits());
+        // Only overhead left: nothing to wait for.
+        assert!(direct.cancel(at.unwrap(), late, &mut direct_done));
+        direct.arrive_overhead(at.unwrap(), Duration::from_micros(20), &mut direct_done);
+        assert!(direct.next_completion().is_some());
+        assert_eq!(direct.next_awaited_completion(), None);
+    }
+
+    #[test]
+    fn ceil_nanos_matches_ceil() {
+        for (remaining, rate) in [
+            (0.0, 1.0),
+            (-3.0, 1.0),
+            (10.0, 3.0),
+            (9.0, 3.0),
+            (1e300, 1e-300),
+            (5e15 + 0.5, 1.0),
+            (7.25, 0.1),
+        ] {
+            let want = (f64::max(remaining, 0.0) / rate).ceil() as u64;
+            assert_eq!(ceil_nanos(remaining, rate), want, "{remaining} / {rate}");
+        }
     }
 
     #[test]

@@ -347,12 +347,13 @@ impl ReplicaModel {
         (admission, error)
     }
 
-    /// Charges a probe's CPU cost (capacity model). The returned job's completion means
-    /// nothing to the caller and should be ignored.
+    /// Charges a probe's CPU cost (capacity model), as overhead work (see
+    /// [`CpuModel::arrive_overhead`]). The returned job's completion means nothing to the
+    /// caller and should be ignored.
     pub fn charge_probe(&mut self, now: Time, done: &mut Vec<JobId>) -> Option<JobId> {
         match &mut self.kind {
             Kind::Capacity { cpu, .. } if !self.probe_cost.is_zero() => {
-                Some(cpu.arrive(now, self.probe_cost, done))
+                Some(cpu.arrive_overhead(now, self.probe_cost, done))
             }
             _ => None,
         }
