@@ -35,6 +35,9 @@ pub struct Entry {
     pub uses: u32,
     /// Uses allowed before the reply is removed (b_reuse, rounded for this reply; at least 1).
     pub budget: u32,
+    /// The replica's position in the policy's replica set, so ranking reads its state without
+    /// a search. A hint: the policy refreshes it on membership changes and checks it on use.
+    pub(crate) slot: usize,
 }
 
 impl Entry {
@@ -150,6 +153,13 @@ impl Pool {
         self.entries.retain(|e| e.replica != replica);
     }
 
+    /// Refreshes every reply's replica-set position after a membership change.
+    pub(crate) fn reslot(&mut self, slot_of: impl Fn(ReplicaId) -> Option<usize>) {
+        for entry in &mut self.entries {
+            entry.slot = slot_of(entry.replica).unwrap_or(usize::MAX);
+        }
+    }
+
     /// Removes and returns the reply at `index`.
     pub fn remove(&mut self, index: usize) -> Option<Entry> {
         self.entries.remove(index)
@@ -181,6 +191,7 @@ mod tests {
             latency: Duration::from_millis(5),
             uses: 0,
             budget,
+            slot: 0,
         }
     }
 

@@ -59,13 +59,16 @@ pub fn order_with_aversion(a: &(bool, Rank), b: &(bool, Rank)) -> Ordering {
     a.0.cmp(&b.0).then(a.1.order(&b.1))
 }
 
-/// The replies a decision compared, formatted only when a trace subscriber asks for them.
-struct Candidates<'a>(&'a Pool, &'a [(bool, Rank)]);
+/// The replies a decision compared, ranked and formatted only when a trace subscriber asks
+/// for them.
+struct Candidates<'a, R: Rule>(&'a AsyncProbing<R>, &'a R::Context, Time);
 
-impl fmt::Debug for Candidates<'_> {
+impl<R: Rule> fmt::Debug for Candidates<'_, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Candidates(policy, cx, now) = *self;
         let mut list = f.debug_list();
-        for (entry, (avoided, rank)) in self.0.iter().zip(self.1) {
+        for entry in policy.pool.iter() {
+            let (avoided, rank) = policy.rank_entry(cx, entry, now);
             list.entry(&format_args!(
                 "{}(rif={} latency_us={} key={:.6}{}{})",
                 entry.replica,
@@ -73,7 +76,7 @@ impl fmt::Debug for Candidates<'_> {
                 entry.latency.as_micros(),
                 rank.key,
                 if rank.hot { " hot" } else { "" },
-                if *avoided { " avoided" } else { "" },
+                if avoided { " avoided" } else { "" },
             ));
         }
         list.finish()
@@ -192,17 +195,32 @@ impl<R: Rule> AsyncProbing<R> {
         self.next_idle_probe = Some(now + self.params.max_idle);
     }
 
+    /// This client's view of the replica that sent `entry`: found through the entry's slot
+    /// hint, or by search if the hint is stale.
+    fn load_of(&self, entry: &Entry) -> Option<&ReplicaLoad> {
+        if self.replicas.ids().get(entry.slot) == Some(&entry.replica) {
+            Some(self.replicas.at(entry.slot))
+        } else {
+            self.replicas.get(entry.replica)
+        }
+    }
+
+    /// One reply's avoided flag and rank.
+    fn rank_entry(&self, cx: &R::Context, entry: &Entry, now: Time) -> (bool, Rank) {
+        match self.load_of(entry) {
+            Some(load) => (
+                load.avoided(now, &self.params.aversion),
+                self.rule.rank(cx, entry, load),
+            ),
+            None => (true, self.rule.rank(cx, entry, &ReplicaLoad::default())),
+        }
+    }
+
     /// Every reply with its avoided flag and rank, in pool order.
     fn ranked(&self, cx: &R::Context, now: Time) -> Vec<(bool, Rank)> {
-        let default_load = ReplicaLoad::default();
         self.pool
             .iter()
-            .map(|entry| {
-                let load = self.replicas.get(entry.replica);
-                let avoided = load.is_none_or(|l| l.avoided(now, &self.params.aversion));
-                let rank = self.rule.rank(cx, entry, load.unwrap_or(&default_load));
-                (avoided, rank)
-            })
+            .map(|entry| self.rank_entry(cx, entry, now))
             .collect()
     }
 
@@ -211,20 +229,24 @@ impl<R: Rule> AsyncProbing<R> {
         if self.pool.len() < 2 {
             return None;
         }
-        let ranked = self.ranked(cx, now);
-        let best = (0..ranked.len())
-            .rev()
-            .min_by(|&a, &b| order_with_aversion(&ranked[a], &ranked[b]))?;
+        let mut best: Option<(usize, (bool, Rank))> = None;
+        for (index, entry) in self.pool.iter().enumerate().rev() {
+            let ranked = self.rank_entry(cx, entry, now);
+            if best.is_none_or(|(_, b)| order_with_aversion(&ranked, &b).is_lt()) {
+                best = Some((index, ranked));
+            }
+        }
+        let (best, (avoided, rank)) = best?;
         let entry = self.pool.get(best)?;
         tracing::trace!(
             policy = R::NAME,
-            compared = ?Candidates(&self.pool, &ranked),
+            compared = ?Candidates(self, cx, now),
             chosen = %entry.replica,
             rif = entry.rif,
             latency_us = entry.latency.as_micros() as u64,
-            hot = ranked[best].1.hot,
-            avoided = ranked[best].0,
-            key = ranked[best].1.key,
+            hot = rank.hot,
+            avoided,
+            key = rank.key,
             "selected from pool"
         );
         Some(best)
@@ -232,9 +254,14 @@ impl<R: Rule> AsyncProbing<R> {
 
     /// The worst reply's index (ties go to the oldest).
     fn worst(&self, cx: &R::Context, now: Time) -> Option<usize> {
-        let ranked = self.ranked(cx, now);
-        (0..ranked.len())
-            .max_by(|&a, &b| order_with_aversion(&ranked[a], &ranked[b]).then(b.cmp(&a)))
+        let mut worst: Option<(usize, (bool, Rank))> = None;
+        for (index, entry) in self.pool.iter().enumerate() {
+            let ranked = self.rank_entry(cx, entry, now);
+            if worst.is_none_or(|(_, w)| order_with_aversion(&ranked, &w).is_gt()) {
+                worst = Some((index, ranked));
+            }
+        }
+        worst.map(|(index, _)| index)
     }
 
     /// Removes `r_remove` replies for this query, alternating oldest and worst.
@@ -283,6 +310,8 @@ impl<R: Rule> Policy for AsyncProbing<R> {
             self.pool.remove_replica(id);
             self.probes.retain(|p| p.replica != id);
         }
+        let replicas = &self.replicas;
+        self.pool.reslot(|id| replicas.index_of(id));
         self.rule.on_replica_change(change);
         self.recompute_b_reuse();
         if self.next_idle_probe.is_none() {
@@ -350,10 +379,10 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         rng: &mut dyn RngCore,
     ) {
         self.pool.expire(now);
-        if !self.replicas.contains(probe.replica) {
+        let Some(slot) = self.replicas.index_of(probe.replica) else {
             tracing::trace!(policy = R::NAME, replica = %probe.replica, "reply from departed replica dropped");
             return;
-        }
+        };
         self.rule.on_reply(probe.replica, report, now);
         let budget = random_round(self.b_reuse, rng).max(1);
         self.pool.insert(Entry {
@@ -363,6 +392,7 @@ impl<R: Rule> Policy for AsyncProbing<R> {
             latency: report.latency,
             uses: 0,
             budget,
+            slot,
         });
     }
 
