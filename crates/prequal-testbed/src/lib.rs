@@ -4,5 +4,8 @@
 //!
 //! - [`backend`]: emulated replicas (`prequal backend`) driven by the simulator's server model,
 //!   so one scenario file describes the replicas in simulation and on the testbed.
+//! - [`loadgen`]: the open-loop load generator (`prequal loadgen`), latency timed from each
+//!   query's intended send time.
 
 pub mod backend;
+pub mod loadgen;

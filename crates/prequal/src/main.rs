@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 
 mod backend;
 mod demo;
+mod loadgen;
 mod policies;
 mod proxy;
 mod sidecar;
@@ -32,6 +33,8 @@ enum Command {
     Sidecar(sidecar::Args),
     /// Emulated replicas on loopback ports, from a scenario's [servers] section or flags.
     Backend(backend::Args),
+    /// Open-loop load against HTTP targets, timed from each query's intended send time.
+    Loadgen(loadgen::Args),
 }
 
 fn main() -> Result<()> {
@@ -43,5 +46,6 @@ fn main() -> Result<()> {
         Command::Demo(args) => demo::run(&args),
         Command::Sidecar(args) => sidecar::run(&args),
         Command::Backend(args) => backend::run(&args),
+        Command::Loadgen(args) => loadgen::run(&args),
     }
 }
