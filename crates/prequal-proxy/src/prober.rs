@@ -16,9 +16,11 @@
 //! sleeps on. The task holds only a weak reference, so it ends when its cluster is dropped
 //! (after a reload).
 
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 use bytes::Bytes;
+use http::HeaderValue;
+use http::uri::PathAndQuery;
 use http_body_util::{BodyExt, Limited};
 use prequal_core::{LoadReport, ProbeRequest};
 use prequal_server::protocol::{MAX_REPLY_LEN, parse_reply, probe_path_and_query};
@@ -103,16 +105,23 @@ async fn fetch(
     probe: &ProbeRequest,
     authority: &http::uri::Authority,
 ) -> Result<LoadReport, BoxError> {
-    let uri = http::Uri::builder()
-        .scheme("http")
-        .authority(authority.clone())
-        .path_and_query(probe_path_and_query(probe.hint))
-        .build()?;
-    let request = http::Request::builder()
-        .method(http::Method::GET)
-        .uri(uri)
-        .version(cluster.version())
-        .body(empty())?;
+    let mut uri = http::uri::Parts::default();
+    uri.scheme = Some(http::uri::Scheme::HTTP);
+    uri.authority = Some(authority.clone());
+    uri.path_and_query = Some(match probe.hint {
+        None => plain_probe_path()?,
+        Some(hint) => PathAndQuery::try_from(probe_path_and_query(Some(hint)))?,
+    });
+    let mut request = http::Request::new(empty());
+    *request.uri_mut() = http::Uri::from_parts(uri)?;
+    *request.version_mut() = cluster.version();
+    if cluster.version() == http::Version::HTTP_11 {
+        // Named here, the client does not have to format one from the URI for every probe.
+        request.headers_mut().insert(
+            http::header::HOST,
+            HeaderValue::from_str(authority.as_str())?,
+        );
+    }
     let response = cluster.probe_client().request(request).await?;
     if response.status() != http::StatusCode::OK {
         return Err(format!("probe answered {}", response.status()).into());
@@ -121,6 +130,15 @@ async fn fetch(
     let body = Limited::new(response.into_body(), MAX_REPLY_LEN + 2);
     let bytes: Bytes = body.collect().await?.to_bytes();
     Ok(parse_reply(&bytes)?)
+}
+
+/// The path and query of a probe without a hint, built once.
+fn plain_probe_path() -> Result<PathAndQuery, BoxError> {
+    static PLAIN: OnceLock<Option<PathAndQuery>> = OnceLock::new();
+    PLAIN
+        .get_or_init(|| PathAndQuery::try_from(probe_path_and_query(None)).ok())
+        .clone()
+        .ok_or_else(|| "the probe path is not a valid URI path".into())
 }
 
 /// Starts the cluster's timer task (see the module docs).
