@@ -8,26 +8,32 @@
 #     (wrk has no fixed-rate mode, so the rate is ~1000 rps minus the service time); p50 and p99
 #     minus the direct run's are the latency the proxy adds;
 #  2. the maximum rate: wrk flat out with $CONNS connections; requests served divided by the
-#     proxy process's CPU seconds (user + system, from /proc) over the run.
+#     proxy process's CPU seconds (user + system, from /proc) over the run. For prequal, the
+#     proxy's own /metrics give the probes sent per request in that run.
 #
-# Needs wrk and haproxy (`apt-get install -y wrk haproxy`; for the benchmark only, never for the
-# tests). Usage: crates/prequal-proxy/bench/bench-proxy.sh   (env: DURATION=15 CONNS=32
-# POLICIES="prequal round-robin" WORKERS=0 (proxy runtime threads; 0 = one per core))
+# The whole set runs $RUNS times, contenders interleaved, so that load from elsewhere on the
+# machine hits them alike; each run's table is printed, then the median of every column.
+#
+# Needs wrk, haproxy and curl (`apt-get install -y wrk haproxy curl`; for the benchmark only,
+# never for the tests). Usage: crates/prequal-proxy/bench/bench-proxy.sh   (env: DURATION=15
+# CONNS=32 RUNS=3 POLICIES="prequal round-robin" WORKERS=0 (proxy data-plane threads, 0 = one
+# per core))
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 
 DURATION=${DURATION:-15}
+RUNS=${RUNS:-3}
 CONNS=${CONNS:-32}
 POLICIES=${POLICIES:-"prequal round-robin"}
 TARGET=${CARGO_TARGET_DIR:-target}
-B1=19101 B2=19102 PROXY=19180 HAPROXY=19181
+B1=19101 B2=19102 PROXY=19180 HAPROXY=19181 ADMIN=19182
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
 trap cleanup EXIT
 
-for tool in wrk haproxy; do
-    command -v "$tool" >/dev/null || { echo "missing $tool: apt-get install -y wrk haproxy" >&2; exit 1; }
+for tool in wrk haproxy curl; do
+    command -v "$tool" >/dev/null || { echo "missing $tool: apt-get install -y wrk haproxy curl" >&2; exit 1; }
 done
 cargo build --release -q -p prequal-proxy --example bench_backend --example zero_config
 
@@ -83,35 +89,81 @@ flat() {
         $1=="Requests/sec:" {printf "%.0f %d %.2f\n", $2, reqs, t/hz}'
 }
 
+# The sum of a counter family's samples in the proxy's /metrics.
+counter() { curl -s "http://127.0.0.1:$ADMIN/metrics" | awk -v m="$1" 'index($1, m) == 1 {s += $2} END {print s + 0}'; }
+
 report() { # name port pid
+    local probes="-" p0 r0
     read -r p50 p99 rps < <(paced "$2")
     if [ "$1" = direct ]; then D50=$p50; D99=$p99; fi
     if [ -n "$3" ]; then
+        if [ "$1" != "${1#prequal}" ]; then p0=$(counter prequal_proxy_probes_total); r0=$(counter prequal_proxy_requests_total); fi
         read -r max reqs cpu < <(flat "$2" "$3")
         per=$(awk -v r="$reqs" -v c="$cpu" 'BEGIN { if (c > 0) printf "%.0f", r / c; else print "n/a" }')
+        if [ "$1" != "${1#prequal}" ]; then
+            probes=$(awk -v p="$(counter prequal_proxy_probes_total)" -v p0="$p0" -v r="$(counter prequal_proxy_requests_total)" -v r0="$r0" \
+                'BEGIN { if (r > r0) printf "%.2f", (p - p0) / (r - r0); else print "n/a" }')
+        fi
     else
         read -r max reqs cpu < <(flat "$2" "$$")
         per="-"
     fi
-    printf "| %-22s | %6s | %6s | %9s | %9s | %8s | %10s |\n" "$1" "$p50" "$p99" \
-        "$((p50 - D50))" "$((p99 - D99))" "$max" "$per"
+    local row
+    row=$(printf "| %-24s | %6s | %6s | %9s | %9s | %7s | %19s | %17s |" "$1" "$p50" "$p99" \
+        "$((p50 - D50))" "$((p99 - D99))" "$max" "$per" "$probes")
+    echo "$row"
+    echo "$row" >>"$WORK/rows"
 }
 
-echo "wrk paced ~1000 rps (10 conns x 10 ms think time) and flat out ($CONNS conns), ${DURATION}s each; $(nproc) cores"
-echo
-echo "| contender              | p50 us | p99 us | added p50 | added p99 | max rps | req per proxy CPU-s |"
-echo "|------------------------|--------|--------|-----------|-----------|---------|---------------------|"
-report direct $B1 ""
-for policy in $POLICIES; do
-    # The library in its zero-config form: the same data path as `prequal proxy --listen ...`.
-    PREQUAL_WORKERS=${WORKERS:-0} start "$TARGET/release/examples/zero_config" "127.0.0.1:$PROXY" "$policy" \
-        "127.0.0.1:$B1" "127.0.0.1:$B2"
+header() {
+    echo "| contender                | p50 us | p99 us | added p50 | added p99 | max rps | req per proxy CPU-s | probes per request |"
+    echo "|--------------------------|--------|--------|-----------|-----------|---------|---------------------|--------------------|"
+}
+
+HAPROXY_NAME="haproxy $(haproxy -v | awk 'NR==1 {print $3}')"
+echo "wrk paced ~1000 rps (10 conns x 10 ms think time) and flat out ($CONNS conns), ${DURATION}s each;"
+echo "$(nproc) cores; proxy data-plane threads: ${WORKERS:-0} (0 = one per core); $RUNS runs"
+for run in $(seq "$RUNS"); do
+    echo
+    echo "run $run"
+    header
+    report direct $B1 ""
+    for policy in $POLICIES; do
+        # The library in its zero-config form: the same data path as `prequal proxy --listen ...`.
+        PREQUAL_WORKERS=${WORKERS:-0} PREQUAL_ADMIN="127.0.0.1:$ADMIN" start \
+            "$TARGET/release/examples/zero_config" "127.0.0.1:$PROXY" "$policy" "127.0.0.1:$B1" "127.0.0.1:$B2"
+        pid=$LAST
+        wait_port $PROXY
+        wait_port $ADMIN
+        report "prequal ($policy)" $PROXY "$pid"
+        kill "$pid"; wait "$pid" 2>/dev/null || true
+    done
+    start haproxy -db -f "$WORK/haproxy.cfg"
     pid=$LAST
-    wait_port $PROXY
-    report "prequal ($policy)" $PROXY "$pid"
+    wait_port $HAPROXY
+    report "$HAPROXY_NAME" $HAPROXY "$pid"
     kill "$pid"; wait "$pid" 2>/dev/null || true
 done
-start haproxy -db -f "$WORK/haproxy.cfg"
-pid=$LAST
-wait_port $HAPROXY
-report "haproxy $(haproxy -v | awk 'NR==1 {print $3}')" $HAPROXY "$pid"
+
+echo
+echo "median of $RUNS runs"
+header
+# Median per contender and column (the rows are "| name | v | v | ... |").
+awk -F'|' '
+    { name = $2; names[name] = 1; n[name]++; for (c = 3; c < NF; c++) v[name, c, n[name]] = $c; cols = NF }
+    END {
+        for (name in names) order[++k] = name
+        for (i = 1; i <= k; i++) {
+            name = order[i]; line = "|" name "|"
+            for (c = 3; c < cols; c++) {
+                m = n[name]; cnt = 0
+                for (j = 1; j <= m; j++) { x = v[name, c, j]; gsub(/ /, "", x); if (x != "-" && x != "n/a") a[++cnt] = x + 0 }
+                for (p = 1; p <= cnt; p++) for (q = p + 1; q <= cnt; q++) if (a[q] < a[p]) { t = a[p]; a[p] = a[q]; a[q] = t }
+                if (cnt == 0) med = "-"; else if (cnt % 2) med = a[(cnt + 1) / 2]; else med = (a[cnt / 2] + a[cnt / 2 + 1]) / 2
+                w = length(v[name, c, 1]) - 2
+                line = line sprintf(" %" w "s |", med)
+                delete a
+            }
+            print line
+        }
+    }' "$WORK/rows" | sort -t'|' -k2,2 -s

@@ -40,7 +40,15 @@ async fn run() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    config.admin.enabled = false;
+    // PREQUAL_ADMIN=host:port turns the admin listener on (the benchmark reads /metrics).
+    match std::env::var("PREQUAL_ADMIN").ok().map(|a| a.parse()) {
+        Some(Ok(addr)) => config.admin.listen = addr,
+        Some(Err(_)) => {
+            eprintln!("PREQUAL_ADMIN must be host:port");
+            return ExitCode::FAILURE;
+        }
+        None => config.admin.enabled = false,
+    }
     // PREQUAL_WORKERS=N sets `server.worker_threads` (default 0: one per core).
     if let Some(workers) = std::env::var("PREQUAL_WORKERS")
         .ok()
