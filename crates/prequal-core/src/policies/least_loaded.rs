@@ -10,10 +10,12 @@
 //! Ties are common (at low load every count is zero), and they are broken in cyclic order: among
 //! the replicas with the minimum count, the first one after the last replica chosen, in id order,
 //! wrapping around. At low load this degrades to round robin instead of always hammering the
-//! lowest id. It takes no parameters. Source: the "least loaded" baseline of "Beyond Round Robin"
+//! lowest id. Like `round-robin`, the first pick starts the cycle at a random replica, so many
+//! clients started together do not break their ties in lockstep onto the same replica. It takes
+//! no parameters. Source: the "least loaded" baseline of "Beyond Round Robin"
 //! and of the Prequal paper (section 5.2).
 
-use rand::RngCore;
+use rand::{Rng, RngCore};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{BuildPolicy, ConfigError, PolicyInfo};
@@ -31,7 +33,7 @@ impl BuildPolicy for Config {
         name: "least-loaded",
         signal: "client-local requests in flight (RIF)",
         rule: "minimum client-local RIF over all replicas; ties go to the first one after the \
-               last chosen, in cyclic id order",
+               last chosen, in cyclic id order (starting at a random replica)",
         source: "baseline (Beyond Round Robin; Prequal paper, section 5.2)",
         params: &[],
     };
@@ -87,12 +89,13 @@ pub struct LeastLoaded {
 }
 
 impl LeastLoaded {
-    /// The position at which the cyclic scan starts: just after the last replica chosen.
-    fn scan_start(&self) -> usize {
+    /// The position at which the cyclic scan starts: just after the last replica chosen, or a
+    /// random one before the first pick.
+    fn scan_start(&self, rng: &mut dyn RngCore) -> usize {
         let ids = self.replicas.ids();
         match self.last {
             Some(last) => ids.partition_point(|id| *id <= last) % ids.len(),
-            None => 0,
+            None => rng.random_range(0..ids.len()),
         }
     }
 }
@@ -106,12 +109,12 @@ impl Policy for LeastLoaded {
         self.replicas.apply(change, LocalLoad::default);
     }
 
-    fn pick(&mut self, _query: &Query, _now: Time, _rng: &mut dyn RngCore) -> Pick {
+    fn pick(&mut self, _query: &Query, _now: Time, rng: &mut dyn RngCore) -> Pick {
         let n = self.replicas.len();
         if n == 0 {
             return Pick::NoReplica;
         }
-        let start = self.scan_start();
+        let start = self.scan_start(rng);
         // Strictly smaller wins, so among equals the first in cyclic order stays.
         let best = (start..n)
             .chain(0..start)
@@ -189,8 +192,14 @@ mod tests {
     #[test]
     fn ties_go_to_the_next_replica_after_the_last_chosen() {
         let mut policy = with_replicas(Config::default().build(), [2, 4, 6, 8]);
-        // All idle: ties everywhere, so it cycles like round robin.
-        assert_eq!(pick_n(&mut *policy, 5), vec![2, 4, 6, 8, 2]);
+        // All idle: ties everywhere, so it cycles like round robin from a random start.
+        let first = pick_n(&mut *policy, 1)[0];
+        let ids = [2, 4, 6, 8];
+        let at = ids.iter().position(|&id| id == first).unwrap();
+        let expected: Vec<u32> = (1..=4).map(|i| ids[(at + i) % 4]).collect();
+        assert_eq!(pick_n(&mut *policy, 4), expected);
+        // Steer to a known place: the last pick is 2.
+        while pick_n(&mut *policy, 1)[0] != 2 {}
         // 4 and 8 tie at the minimum; the last chosen was 2, so 4 comes next, then 8.
         dispatch(&mut *policy, 6, 1);
         dispatch(&mut *policy, 2, 1);
@@ -338,6 +347,23 @@ mod tests {
             share < 0.1,
             "yarp-p2c sent {share} of queries to the slow replica"
         );
+    }
+
+    /// Many clients with all counts at zero: each starts its tie-breaking cycle somewhere else,
+    /// instead of every client sending its first query to the lowest id.
+    #[test]
+    fn clients_start_their_tie_breaking_at_different_replicas() {
+        let starts: std::collections::BTreeSet<u32> = (0..20)
+            .map(|seed| {
+                let mut policy = with_replicas(Config::default().build(), 0..10);
+                let mut rng = rng(seed);
+                match policy.pick(&Query::default(), Time::ZERO, &mut rng) {
+                    Pick::Replica(id) => id.0,
+                    other => panic!("{other:?}"),
+                }
+            })
+            .collect();
+        assert!(starts.len() > 3, "starts {starts:?}");
     }
 
     #[test]
