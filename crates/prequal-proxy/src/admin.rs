@@ -8,7 +8,11 @@
 //! - `GET /clusters`: a JSON array, one object per cluster: its replicas (address, ejected,
 //!   ramping), the policy's snapshot (per-replica RIF, scores, pick counts; the probe pool with
 //!   each reply's RIF, latency, age and hot/cold), outlier state and the retry budget left;
-//! - `GET /clusters/NAME`: the same for one cluster.
+//! - `GET /clusters/NAME`: the same for one cluster;
+//! - `GET /` or `GET /dashboard`: a self-contained HTML page (inline CSS and script, nothing
+//!   fetched from elsewhere) that polls `/clusters` every second and draws each cluster's
+//!   replicas (local RIF, score, picks, ejection and ramp-up), the probe pool with hot and cold
+//!   replies, and the policy's scalars.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -22,6 +26,9 @@ use tokio::net::TcpListener;
 
 use crate::body::{ProxyBody, full};
 use crate::server::Shared;
+
+/// The dashboard page: static, it reads everything from `/clusters` in the browser.
+const DASHBOARD: &str = include_str!("dashboard.html");
 
 /// Serves the admin endpoints on `listener` until the task is aborted.
 pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
@@ -51,6 +58,11 @@ async fn answer(
             StatusCode::OK,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
             shared.metrics.encode(),
+        ),
+        "/" | "/dashboard" => (
+            StatusCode::OK,
+            "text/html; charset=utf-8",
+            DASHBOARD.to_string(),
         ),
         "/live" => (StatusCode::OK, "text/plain", "live\n".to_string()),
         "/ready" => {

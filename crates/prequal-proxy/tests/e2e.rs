@@ -258,6 +258,18 @@ async fn admin_views(proto: Proto) {
     let probes = Arc::new(metrics);
     assert!(probes.contains("prequal_proxy_request_duration_seconds_bucket"));
     assert_eq!(get(&admin, proxy.admin, "/clusters/nope").await.0, 404);
+    // The dashboard: one self-contained page that reads /clusters, at / and /dashboard.
+    let (status, page) = get(&admin, proxy.admin, "/dashboard").await;
+    assert_eq!(status, 200);
+    assert!(page.starts_with("<!doctype html>"), "{page}");
+    assert!(page.contains("fetch(\"/clusters\""));
+    for external in ["http://", "https://", "src=", "href=", "@import"] {
+        assert!(!page.contains(external), "the page loads {external}");
+    }
+    for shown in ["local_rif", "pool", "hot", "picks", "ejected", "latency_us"] {
+        assert!(page.contains(shown), "the page does not show {shown}");
+    }
+    assert_eq!(get(&admin, proxy.admin, "/").await, (200, page));
 }
 over_h1_and_h2!(admin_serves_metrics_health_and_cluster_views, admin_views);
 
