@@ -359,6 +359,9 @@ fn connection_builder(server: &ServerConfig) -> auto::Builder<TokioExecutor> {
     builder
         .http1()
         .timer(TokioTimer::new())
+        // One flattened write per response head and small body instead of writev: measured
+        // 4% less CPU per request (docs/performance.md).
+        .writev(false)
         .max_buf_size(server.max_header_bytes as usize);
     builder
         .http2()
