@@ -36,8 +36,8 @@
 //! With too few fresh samples anywhere it takes the newest of the any-RIF ring. That is a bounded
 //! amount of work however long the replica has run. Repeated probes between two finishes
 //! are cheaper still: each bucket remembers its last estimate for as long as it provably holds
-//! (until the next record, or until a sample it used leaves the window or goes stale), so a
-//! repeat costs a lookup and returns exactly what a fresh computation would.
+//! (until a sample is recorded into a bucket it read, or a sample it used leaves the window or
+//! goes stale), so a repeat costs a lookup and returns exactly what a fresh computation would.
 //!
 //! [`LoadTracker`] combines the RIF counter, the estimator, and bucketed counters of completions
 //! and errors over [`EstimatorConfig::rate_window`] (default 1 s) into a [`LoadReport`].
@@ -70,7 +70,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::policy::{LoadReport, Outcome};
 use crate::time::{Time, duration_nanos};
-use memo::Memo;
+use memo::{Memo, Span};
 use window::WindowedCounter;
 
 /// Samples kept per RIF bucket.
@@ -262,9 +262,10 @@ impl LatencyEstimator {
             at: now.as_nanos(),
             latency: duration_nanos(latency),
         };
-        self.buckets[bucket_of(rif_at_arrival)].push(sample);
+        let bucket = bucket_of(rif_at_arrival);
+        self.buckets[bucket].push(sample);
         self.newest.push(sample);
-        self.memo.invalidate();
+        self.memo.invalidate(bucket);
     }
 
     /// Median of recent samples at or near `rif`; None before any sample.
@@ -273,8 +274,8 @@ impl LatencyEstimator {
         let nanos = match self.memo.get(center, now) {
             Some(hit) => hit,
             None => {
-                let (value, until) = self.compute(center, now);
-                self.memo.put(center, now, until, value);
+                let (value, until, span) = self.compute_with_span(center, now);
+                self.memo.put(center, now, until, span, value);
                 value
             }
         };
@@ -284,9 +285,21 @@ impl LatencyEstimator {
     /// The estimate for bucket `center` at `now`, and the last instant at which it still holds
     /// if nothing is recorded meanwhile (when the first sample used leaves the window or goes
     /// stale; see [`memo`]).
+    #[cfg(test)]
     fn compute(&self, center: usize, now: u64) -> (Option<u64>, u64) {
+        let (value, until, _) = self.compute_with_span(center, now);
+        (value, until)
+    }
+
+    /// Like `compute`, also saying which buckets the estimate read.
+    fn compute_with_span(&self, center: usize, now: u64) -> (Option<u64>, u64, Span) {
         let mut buf = [Sample::default(); GATHER];
-        let mut gathered = self.gather(center, now, &mut buf);
+        let (mut gathered, lo, hi) = self.gather(center, now, &mut buf);
+        let mut span = Span {
+            lo,
+            hi,
+            newest: false,
+        };
         let oldest_fresh = buf[..gathered].iter().map(|s| s.at).min();
         let mut until = oldest_fresh.map_or(u64::MAX, |at| {
             at.saturating_add(duration_nanos(self.config.max_age))
@@ -296,9 +309,10 @@ impl LatencyEstimator {
             let newest = self.newest.filled();
             buf[..newest.len()].copy_from_slice(newest);
             gathered = newest.len();
+            span.newest = true;
         }
         if gathered == 0 {
-            return (None, until);
+            return (None, until, span);
         }
         let samples = &mut buf[..gathered];
         // Move the samples inside the window to the front.
@@ -321,27 +335,31 @@ impl LatencyEstimator {
         } else {
             samples
         };
-        (Some(median(chosen)), until)
+        (Some(median(chosen)), until, span)
     }
 
     /// Copies the fresh samples (no older than `max_age`) into `buf` from the bucket `center`
     /// outwards, alternating below and above, until at least `min_samples` are in or every
-    /// bucket was visited. Returns how many were copied.
-    fn gather(&self, center: usize, now: u64, buf: &mut [Sample; GATHER]) -> usize {
+    /// bucket was visited. Returns how many were copied and the lowest and highest bucket
+    /// visited.
+    fn gather(&self, center: usize, now: u64, buf: &mut [Sample; GATHER]) -> (usize, usize, usize) {
         let wanted = self.config.min_samples;
         let oldest = now.saturating_sub(duration_nanos(self.config.max_age));
         let mut count = self.copy_fresh(center, oldest, buf, 0);
+        let (mut lo, mut hi) = (center, center);
         let mut distance = 1;
         while count < wanted && distance < BUCKETS {
             if let Some(below) = center.checked_sub(distance) {
                 count = self.copy_fresh(below, oldest, buf, count);
+                lo = below;
             }
             if count < wanted && center + distance < BUCKETS {
                 count = self.copy_fresh(center + distance, oldest, buf, count);
+                hi = center + distance;
             }
             distance += 1;
         }
-        count
+        (count, lo, hi)
     }
 
     /// Appends the samples of bucket `index` recorded at or after `oldest`.

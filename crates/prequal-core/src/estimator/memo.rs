@@ -1,16 +1,32 @@
 //! A memo of the last estimate per RIF bucket, so repeated probes between two finishes cost a
 //! lookup instead of a gather and a median.
 //!
-//! An estimate depends only on the samples recorded so far, on the bucket of the RIF asked
-//! about, and on `now` through two boundaries: which gathered samples are still fresh (no older
-//! than `max_age`) and which are inside the window. Time only moves forward, so a sample can
-//! only *leave* those sets. The estimate therefore stays exactly the same from the moment it
-//! was computed until either a new sample is recorded (the generation changes) or the first of
-//! the samples it used crosses one of the two boundaries (`until`). The memo stores that
-//! interval; a hit returns the very value a fresh computation would, so results are identical
+//! An estimate depends only on the samples in the buckets its gather visited (plus, when it
+//! fell back to them, the newest samples of any RIF), on the bucket of the RIF asked about, and
+//! on `now` through two boundaries: which gathered samples are still fresh (no older than
+//! `max_age`) and which are inside the window. Time only moves forward, so a sample can only
+//! *leave* those sets. The estimate therefore stays exactly the same from the moment it was
+//! computed until either a sample is recorded into one of the buckets it visited (or into any
+//! bucket, if it used the any-RIF fallback) or the first of the samples it used crosses one of
+//! the two boundaries (`until`). A sample recorded into a bucket the gather never reached
+//! cannot change which buckets it visits or what it copies, since the visit order is fixed and
+//! stops on a count of what was already copied. The memo stores that interval and that span
+//! of buckets; a hit returns the very value a fresh computation would, so results are identical
 //! with or without it.
 
 use std::cell::Cell;
+
+/// What one estimate read: the buckets its gather visited, and whether it fell back to the
+/// newest samples of any RIF.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Span {
+    /// Lowest bucket visited.
+    pub(super) lo: usize,
+    /// Highest bucket visited.
+    pub(super) hi: usize,
+    /// Whether the any-RIF ring was used.
+    pub(super) newest: bool,
+}
 
 /// One bucket's remembered estimate.
 #[derive(Debug, Clone, Copy, Default)]
@@ -21,15 +37,19 @@ struct Entry {
     from: u64,
     /// The last instant, in nanoseconds, at which it still holds.
     until: u64,
+    /// What it read.
+    span: Span,
     /// The estimate in nanoseconds (None before any sample).
     value: Option<u64>,
 }
 
-/// Remembered estimates, one per bucket, invalidated wholesale by each recorded sample.
+/// Remembered estimates, one per bucket, invalidated by samples recorded where they read.
 #[derive(Debug, Clone)]
 pub(super) struct Memo {
     /// Bumped by every recorded sample; starts at 1 so default entries never match.
     generation: u64,
+    /// Per bucket, the generation of the last sample recorded into it (0 = none yet).
+    recorded: Box<[u64]>,
     entries: Box<[Cell<Entry>]>,
 }
 
@@ -38,29 +58,45 @@ impl Memo {
     pub(super) fn new(buckets: usize) -> Self {
         Self {
             generation: 1,
+            recorded: vec![0; buckets].into_boxed_slice(),
             entries: vec![Cell::new(Entry::default()); buckets].into_boxed_slice(),
         }
     }
 
-    /// A sample was recorded: every remembered estimate may have changed.
-    pub(super) fn invalidate(&mut self) {
-        self.generation = self.generation.wrapping_add(1).max(1);
+    /// A sample was recorded into `bucket`: estimates that read it may have changed.
+    pub(super) fn invalidate(&mut self, bucket: usize) {
+        self.generation += 1;
+        if let Some(slot) = self.recorded.get_mut(bucket) {
+            *slot = self.generation;
+        }
     }
 
     /// The remembered estimate of `bucket`, if it still holds at `now`.
     pub(super) fn get(&self, bucket: usize, now: u64) -> Option<Option<u64>> {
         let entry = self.entries.get(bucket)?.get();
-        let valid = entry.generation == self.generation && entry.from <= now && now <= entry.until;
-        valid.then_some(entry.value)
+        if entry.generation == 0 || now < entry.from || now > entry.until {
+            return None;
+        }
+        let unchanged = if entry.span.newest {
+            entry.generation == self.generation
+        } else {
+            self.recorded
+                .get(entry.span.lo..=entry.span.hi)?
+                .iter()
+                .all(|&g| g <= entry.generation)
+        };
+        unchanged.then_some(entry.value)
     }
 
-    /// Remembers that `bucket` estimates `value` from `now` through `until`.
-    pub(super) fn put(&self, bucket: usize, now: u64, until: u64, value: Option<u64>) {
+    /// Remembers that `bucket`, having read `span`, estimates `value` from `now` through
+    /// `until`.
+    pub(super) fn put(&self, bucket: usize, now: u64, until: u64, span: Span, value: Option<u64>) {
         if let Some(cell) = self.entries.get(bucket) {
             cell.set(Entry {
                 generation: self.generation,
                 from: now,
                 until,
+                span,
                 value,
             });
         }
