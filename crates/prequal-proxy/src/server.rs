@@ -317,7 +317,7 @@ impl Worker {
             serving.drain(server.drain_timeout).await;
         };
         std::thread::Builder::new()
-            .name(format!("prequal-worker-{index}"))
+            .name(format!("prequal-data-{index}"))
             .spawn(move || {
                 WORKER.with(|w| w.set(index));
                 runtime.block_on(work);
