@@ -144,13 +144,30 @@ mod tests {
     /// pushes at or after the current time.
     #[test]
     fn matches_a_binary_heap_on_random_monotone_workload() {
+        matches_a_binary_heap(|rng, now| {
+            now + rng.random_range(0..1_000u64) * rng.random_range(0..3u64)
+        });
+    }
+
+    /// The same with distances from zero to about 2^40 ns, spread over every bucket, and with
+    /// many equal times.
+    #[test]
+    fn matches_a_binary_heap_across_all_buckets() {
+        matches_a_binary_heap(|rng, now| match rng.random_range(0..4u32) {
+            0 => now,
+            1 => now + rng.random_range(0..4u64) * 300_000,
+            _ => now + (rng.random_range(0..1u64 << 40) >> rng.random_range(0..40u32)),
+        });
+    }
+
+    fn matches_a_binary_heap(mut next: impl FnMut(&mut rand::rngs::SmallRng, u64) -> u64) {
         let mut rng = rand::rngs::SmallRng::seed_from_u64(9);
         let mut q = EventQueue::new();
         let mut heap = BinaryHeap::new();
         let (mut now, mut seq) = (0u64, 0u64);
         for _ in 0..20_000 {
             for _ in 0..rng.random_range(0..3) {
-                let at = now + rng.random_range(0..1_000u64) * rng.random_range(0..3u64);
+                let at = next(&mut rng, now);
                 q.push(Time::from_nanos(at), seq);
                 heap.push(std::cmp::Reverse((at, seq)));
                 seq += 1;

@@ -40,6 +40,10 @@ impl std::hash::Hash for JobId {
     }
 }
 
+/// Most completion steps [`CpuModel::next_awaited_completion`] takes before settling for an
+/// early wake-up.
+pub const LOOKAHEAD: usize = 8;
+
 /// Work below this many nanoseconds counts as done (absorbs floating-point rounding).
 const EPSILON_WORK: f64 = 0.5;
 
@@ -144,21 +148,26 @@ impl CpuModel {
         )
     }
 
-    /// When the next job that is not overhead finishes at the current capacity, if any can.
+    /// When the next job that is not overhead finishes at the current capacity, if any can;
+    /// or, when more than [`LOOKAHEAD`] overhead jobs finish before it, when the last of those
+    /// looked at finishes (waking then is merely early, and keeps this call cheap when a burst
+    /// of probes is queued).
     ///
     /// Overhead jobs that finish first are stepped over exactly as [`CpuModel::advance`] would
-    /// step through them (same rounding, same order), so a driver that wakes only at this time
-    /// sees the very state it would have seen waking at every completion. Nothing observable
-    /// happens when an overhead job finishes, so a simulator need not schedule those wake-ups.
+    /// step through them (same rounding, same order), so a driver that wakes only at the
+    /// returned time sees the very state it would have seen waking at every completion. Nothing
+    /// observable happens when an overhead job finishes, so a simulator need not schedule those
+    /// wake-ups.
     pub fn next_awaited_completion(&self) -> Option<Time> {
         let first = self.jobs.first()?;
         if !first.overhead {
             return self.next_completion();
         }
         let (mut attained, mut last) = (self.attained, self.last);
+        let mut last_at = self.last;
         let mut left = self.jobs.len();
         let mut jobs = self.jobs.iter().peekable();
-        loop {
+        for _ in 0..LOOKAHEAD {
             let tag = f64::from_bits(jobs.peek()?.tag);
             let rate = self.per_job_cores.min(self.cores / left as f64);
             if rate <= 0.0 {
@@ -181,7 +190,9 @@ impl CpuModel {
             if left == 0 {
                 return None;
             }
+            last_at = at;
         }
+        Some(last_at)
     }
 
     /// Advances to `now`, appending every job that finished by then to `done` in finishing
@@ -324,6 +335,28 @@ mod tests {
         direct.arrive_overhead(at.unwrap(), Duration::from_micros(20), &mut direct_done);
         assert!(direct.next_completion().is_some());
         assert_eq!(direct.next_awaited_completion(), None);
+    }
+
+    /// Behind a burst of overhead, the answer is an early wake-up at one of the overhead
+    /// completions the stepping model would visit anyway.
+    #[test]
+    fn awaited_completion_stops_early_behind_a_burst_of_overhead() {
+        let mut cpu = CpuModel::new(1.0, 1.0);
+        let mut done = Vec::new();
+        for i in 0..3 * LOOKAHEAD as u64 {
+            cpu.arrive_overhead(Time::ZERO, Duration::from_micros(20 + i), &mut done);
+        }
+        let query = cpu.arrive(Time::ZERO, Duration::from_millis(5), &mut done);
+        let early = cpu.next_awaited_completion().unwrap();
+        let mut stepped = cpu.clone();
+        let mut woken = Vec::new();
+        while !done.contains(&query) {
+            let at = stepped.next_completion().unwrap();
+            stepped.advance(at, &mut done);
+            woken.push(at);
+        }
+        assert!(woken.contains(&early), "{early:?} not in {woken:?}");
+        assert!(early < *woken.last().unwrap());
     }
 
     #[test]
