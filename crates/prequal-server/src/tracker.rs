@@ -50,6 +50,13 @@ impl Clock {
         Self { source, origin }
     }
 
+    /// A clock whose origin is `delay` from now; it reads zero until then.
+    pub fn starting_in(delay: std::time::Duration) -> Self {
+        let source = quanta::Clock::new();
+        let origin = source.now() + delay;
+        Self { source, origin }
+    }
+
     /// Nanoseconds since the origin.
     pub fn now(&self) -> Time {
         let nanos = self

@@ -70,6 +70,18 @@ pub struct Args {
     /// Add the `prequal-load` header to every response.
     #[arg(long)]
     piggyback: bool,
+    /// Wall-clock time zero of the episodes, in milliseconds since the Unix epoch (default:
+    /// when the replicas start). Lets backends and load generators in separate processes share
+    /// one schedule.
+    #[arg(long)]
+    start_at_unix_ms: Option<u64>,
+}
+
+/// How long from now until `unix_ms` (zero if it has passed).
+fn until_unix_ms(unix_ms: u64) -> Duration {
+    let at = std::time::UNIX_EPOCH + Duration::from_millis(unix_ms);
+    at.duration_since(std::time::SystemTime::now())
+        .unwrap_or(Duration::ZERO)
 }
 
 /// Runs the backend until a signal or `--duration`.
@@ -88,7 +100,8 @@ pub fn run(args: &Args) -> Result<()> {
     };
     let runtime = tokio::runtime::Runtime::new().context("prequal backend: starting tokio")?;
     runtime.block_on(async {
-        let backend = Backend::start(&spec, bind)
+        let time_zero_in = args.start_at_unix_ms.map_or(Duration::ZERO, until_unix_ms);
+        let backend = Backend::start_with_origin(&spec, bind, time_zero_in)
             .await
             .context("prequal backend")?;
         for (replica, addr) in backend.replicas().zip(backend.addrs()) {

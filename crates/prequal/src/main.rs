@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 
 mod backend;
 mod demo;
+mod experiment;
 mod loadgen;
 mod policies;
 mod proxy;
@@ -27,8 +28,11 @@ enum Command {
     Proxy(proxy::Args),
     /// Run a scenario in the discrete-event simulator (virtual time) and write a report.
     Sim(sim::Args),
-    /// The Beyond Round Robin comparison in about a minute (simulated until the testbed lands).
+    /// The Beyond Round Robin comparison, live on loopback, in about a minute (`--sim`: simulated).
     Demo(demo::Args),
+    /// Run a scenario live: each contender (prequal proxies, HAProxy, nginx) against fresh
+    /// emulated replicas, with an HTML report.
+    Experiment(experiment::Args),
     /// Track one replica's load and answer probes in front of it (HTTP/1.1 and HTTP/2).
     Sidecar(sidecar::Args),
     /// Emulated replicas on loopback ports, from a scenario's [servers] section or flags.
@@ -44,6 +48,7 @@ fn main() -> Result<()> {
         Command::Proxy(args) => proxy::run(&args),
         Command::Sim(args) => sim::run(&args),
         Command::Demo(args) => demo::run(&args),
+        Command::Experiment(args) => experiment::run(&args),
         Command::Sidecar(args) => sidecar::run(&args),
         Command::Backend(args) => backend::run(&args),
         Command::Loadgen(args) => loadgen::run(&args),

@@ -174,6 +174,16 @@ pub struct Backend {
 impl Backend {
     /// Opens every listener, then starts the replicas; their time zero is now.
     pub async fn start(spec: &BackendSpec, bind: Bind) -> Result<Backend, BackendError> {
+        Self::start_with_origin(spec, bind, Duration::ZERO).await
+    }
+
+    /// As [`Backend::start`], with the replicas' time zero (the origin of episode times)
+    /// `time_zero_in` from now, so separate processes can share one schedule.
+    pub async fn start_with_origin(
+        spec: &BackendSpec,
+        bind: Bind,
+        time_zero_in: Duration,
+    ) -> Result<Backend, BackendError> {
         let count = spec.servers.count;
         let end = u64::from(bind.first) + u64::from(bind.replicas);
         if bind.replicas == 0 || end > u64::from(count) {
@@ -184,7 +194,7 @@ impl Backend {
             });
         }
         let listeners = open_listeners(bind).await?;
-        let clock = Clock::new();
+        let clock = Clock::starting_in(time_zero_in);
         let (stop, stopped) = watch::channel(false);
         let mut replicas = Vec::new();
         let mut tasks = Vec::new();

@@ -1,0 +1,361 @@
+//! The contenders of a live experiment and how each is configured: prequal proxies with a core
+//! policy, HAProxy and nginx with one of their balancing algorithms, or no balancer at all.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use prequal_core::PolicyConfig;
+
+use super::ExperimentError;
+
+/// The HAProxy `balance` algorithms an experiment accepts, with the core policy that models
+/// each in the simulator's prediction.
+pub const HAPROXY_ALGORITHMS: [(&str, &str); 5] = [
+    ("roundrobin", "round-robin"),
+    ("static-rr", "round-robin"),
+    ("leastconn", "least-loaded"),
+    ("random", "random"),
+    ("random(2)", "least-loaded-p2c"),
+];
+
+/// The nginx upstream methods an experiment accepts (`round-robin` is nginx's default, no
+/// directive), with the core policy that models each.
+pub const NGINX_METHODS: [(&str, &str); 4] = [
+    ("round-robin", "round-robin"),
+    ("least_conn", "least-loaded"),
+    ("random", "random"),
+    ("random two least_conn", "least-loaded-p2c"),
+];
+
+/// The default HAProxy algorithms of an experiment.
+pub const DEFAULT_HAPROXY: [&str; 3] = ["roundrobin", "leastconn", "random(2)"];
+/// The default nginx methods of an experiment.
+pub const DEFAULT_NGINX: [&str; 3] = ["round-robin", "least_conn", "random two least_conn"];
+
+/// What balances the load in one run.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Balancer {
+    /// `prequal proxy` instances with this policy.
+    Prequal(PolicyConfig),
+    /// HAProxy instances with this `balance` algorithm.
+    Haproxy(String),
+    /// nginx instances with this upstream method.
+    Nginx(String),
+    /// The load generator spreads requests over the replicas itself, round robin.
+    Direct,
+}
+
+/// One contender: a balancer, its label, and the simulator's equivalent policy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Contender {
+    /// Label in tables and plots (`prequal`, `haproxy leastconn`, ...).
+    pub label: String,
+    /// The balancer.
+    pub balancer: Balancer,
+    /// The core policy that models it in the simulator, if any.
+    pub model: Option<PolicyConfig>,
+}
+
+impl Contender {
+    /// A prequal proxy contender labelled `label`.
+    pub fn prequal(label: String, policy: PolicyConfig) -> Contender {
+        Contender {
+            label,
+            model: Some(policy.clone()),
+            balancer: Balancer::Prequal(policy),
+        }
+    }
+
+    /// An HAProxy contender; `key` names the scenario key for errors.
+    pub fn haproxy(algorithm: &str, key: &str) -> Result<Contender, ExperimentError> {
+        let model = lookup(
+            &HAPROXY_ALGORITHMS,
+            algorithm,
+            key,
+            "HAProxy balance algorithm",
+        )?;
+        Ok(Contender {
+            label: format!("haproxy {algorithm}"),
+            balancer: Balancer::Haproxy(algorithm.to_string()),
+            model: PolicyConfig::from_name(model).ok(),
+        })
+    }
+
+    /// An nginx contender; `key` names the scenario key for errors.
+    pub fn nginx(method: &str, key: &str) -> Result<Contender, ExperimentError> {
+        let model = lookup(&NGINX_METHODS, method, key, "nginx upstream method")?;
+        Ok(Contender {
+            label: format!("nginx {method}"),
+            balancer: Balancer::Nginx(method.to_string()),
+            model: PolicyConfig::from_name(model).ok(),
+        })
+    }
+
+    /// The load generator straight at the replicas.
+    pub fn direct() -> Contender {
+        Contender {
+            label: "direct (client round robin)".into(),
+            balancer: Balancer::Direct,
+            model: PolicyConfig::from_name("round-robin").ok(),
+        }
+    }
+
+    /// The program this contender needs installed, if any.
+    pub fn program(&self) -> Option<&'static str> {
+        match self.balancer {
+            Balancer::Haproxy(_) => Some("haproxy"),
+            Balancer::Nginx(_) => Some("nginx"),
+            _ => None,
+        }
+    }
+}
+
+fn lookup<'a>(
+    table: &[(&str, &'a str)],
+    name: &str,
+    key: &str,
+    what: &str,
+) -> Result<&'a str, ExperimentError> {
+    table
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, model)| *model)
+        .ok_or_else(|| ExperimentError::Scenario {
+            key: key.to_string(),
+            message: format!(
+                "unknown {what} {name:?}; expected one of {}",
+                table
+                    .iter()
+                    .map(|(n, _)| format!("{n:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        })
+}
+
+/// Where one balancer instance listens and where its files go.
+#[derive(Clone, Debug)]
+pub struct Instance {
+    /// The address clients send to.
+    pub listen: SocketAddr,
+    /// The prequal proxy's admin address (prequal only).
+    pub admin: Option<SocketAddr>,
+    /// A folder of its own for config, logs and pid files.
+    pub dir: PathBuf,
+    /// Speak HTTP/2 (h2c) to clients.
+    pub http2: bool,
+}
+
+/// Writes the instance's config file and returns the command that runs it in the foreground.
+pub fn command(
+    balancer: &Balancer,
+    instance: &Instance,
+    replicas: &[SocketAddr],
+    prequal_exe: &Path,
+    program: Option<&Path>,
+) -> Result<Option<Command>, ExperimentError> {
+    let write = |name: &str, text: String| -> Result<PathBuf, ExperimentError> {
+        let path = instance.dir.join(name);
+        std::fs::write(&path, text).map_err(|source| ExperimentError::Io {
+            what: format!("writing {}", path.display()),
+            source,
+        })?;
+        Ok(path)
+    };
+    let program = |name: &str| program.map_or_else(|| PathBuf::from(name), Path::to_path_buf);
+    Ok(match balancer {
+        Balancer::Direct => None,
+        Balancer::Prequal(policy) => {
+            let path = write("prequal.toml", prequal_config(policy, instance, replicas)?)?;
+            let mut cmd = Command::new(prequal_exe);
+            cmd.arg("proxy")
+                .arg("--config")
+                .arg(path)
+                .arg("--watch-interval")
+                .arg("0s")
+                .env("RUST_LOG", "warn");
+            Some(cmd)
+        }
+        Balancer::Haproxy(algorithm) => {
+            let path = write("haproxy.cfg", haproxy_config(algorithm, instance, replicas))?;
+            let mut cmd = Command::new(program("haproxy"));
+            // -db: stay in the foreground, no daemon to outlive the experiment.
+            cmd.arg("-db").arg("-f").arg(path);
+            Some(cmd)
+        }
+        Balancer::Nginx(method) => {
+            let path = write("nginx.conf", nginx_config(method, instance, replicas))?;
+            let mut cmd = Command::new(program("nginx"));
+            cmd.arg("-p")
+                .arg(&instance.dir)
+                .arg("-e")
+                .arg(instance.dir.join("error.log"))
+                .arg("-c")
+                .arg(path);
+            Some(cmd)
+        }
+    })
+}
+
+/// A prequal proxy config: one cluster over the replicas with `policy`. Idle keep-alive
+/// connections are kept for every request a slow replica may hold, slow start is off (every
+/// replica is new at once, as for HAProxy and nginx), the rest is the proxy's defaults.
+fn prequal_config(
+    policy: &PolicyConfig,
+    instance: &Instance,
+    replicas: &[SocketAddr],
+) -> Result<String, ExperimentError> {
+    let policy = toml::Value::try_from(policy).map_err(|e| ExperimentError::Scenario {
+        key: "contenders".into(),
+        message: format!("cannot write policy {}: {e}", policy.name()),
+    })?;
+    let mut cluster = toml::Table::new();
+    cluster.insert(
+        "upstreams".into(),
+        toml::Value::Array(
+            replicas
+                .iter()
+                .map(|a| toml::Value::String(a.to_string()))
+                .collect(),
+        ),
+    );
+    cluster.insert("policy".into(), policy);
+    cluster.insert("pool_max_idle_per_host".into(), toml::Value::Integer(4096));
+    let mut slow_start = toml::Table::new();
+    slow_start.insert("window".into(), toml::Value::String("0s".into()));
+    cluster.insert("slow_start".into(), toml::Value::Table(slow_start));
+    let mut server = toml::Table::new();
+    server.insert(
+        "listen".into(),
+        toml::Value::String(instance.listen.to_string()),
+    );
+    let mut admin = toml::Table::new();
+    match instance.admin {
+        Some(addr) => admin.insert("listen".into(), toml::Value::String(addr.to_string())),
+        None => admin.insert("enabled".into(), toml::Value::Boolean(false)),
+    };
+    let mut clusters = toml::Table::new();
+    clusters.insert("default".into(), toml::Value::Table(cluster));
+    let mut root = toml::Table::new();
+    root.insert("server".into(), toml::Value::Table(server));
+    root.insert("admin".into(), toml::Value::Table(admin));
+    root.insert("clusters".into(), toml::Value::Table(clusters));
+    toml::to_string(&root).map_err(|e| ExperimentError::Scenario {
+        key: "contenders".into(),
+        message: format!("cannot write the proxy config: {e}"),
+    })
+}
+
+/// HAProxy in HTTP mode with connection reuse towards the replicas.
+fn haproxy_config(algorithm: &str, instance: &Instance, replicas: &[SocketAddr]) -> String {
+    let mut out = String::new();
+    let proto = if instance.http2 { " proto h2" } else { "" };
+    let _ = writeln!(
+        out,
+        "global\n    maxconn 8000\n\ndefaults\n    mode http\n    timeout connect 5s\n    \
+         timeout client 120s\n    timeout server 120s\n    http-reuse always\n\n\
+         frontend experiment\n    bind {}{proto}\n    default_backend replicas\n\n\
+         backend replicas\n    balance {algorithm}",
+        instance.listen
+    );
+    for (i, addr) in replicas.iter().enumerate() {
+        let _ = writeln!(out, "    server r{i} {addr}");
+    }
+    out
+}
+
+/// nginx in the foreground with keep-alive connections to the replicas.
+fn nginx_config(method: &str, instance: &Instance, replicas: &[SocketAddr]) -> String {
+    let dir = instance.dir.display();
+    let mut out = String::new();
+    let directive = match method {
+        "round-robin" => String::new(),
+        other => format!("        {other};\n"),
+    };
+    let http2 = if instance.http2 { " http2" } else { "" };
+    let _ = write!(
+        out,
+        "daemon off;\nmaster_process off;\nworker_processes 1;\npid {dir}/nginx.pid;\n\
+         error_log {dir}/error.log warn;\n\nevents {{\n    worker_connections 65536;\n}}\n\n\
+         http {{\n    access_log off;\n    client_body_temp_path {dir}/body;\n    \
+         proxy_temp_path {dir}/proxy;\n    fastcgi_temp_path {dir}/fastcgi;\n    \
+         uwsgi_temp_path {dir}/uwsgi;\n    scgi_temp_path {dir}/scgi;\n\n    \
+         upstream replicas {{\n{directive}"
+    );
+    for addr in replicas {
+        let _ = writeln!(out, "        server {addr};");
+    }
+    let _ = write!(
+        out,
+        "        keepalive 4096;\n    }}\n\n    server {{\n        listen {}{http2};\n        \
+         location / {{\n            proxy_pass http://replicas;\n            \
+         proxy_http_version 1.1;\n            proxy_set_header Connection \"\";\n            \
+         proxy_read_timeout 120s;\n        }}\n    }}\n}}\n",
+        instance.listen
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn instance() -> Instance {
+        Instance {
+            listen: "127.0.0.1:8080".parse().unwrap(),
+            admin: None,
+            dir: PathBuf::from("/tmp/x"),
+            http2: false,
+        }
+    }
+
+    fn replicas() -> Vec<SocketAddr> {
+        vec![
+            "127.0.0.1:9000".parse().unwrap(),
+            "127.0.0.1:9001".parse().unwrap(),
+        ]
+    }
+
+    #[test]
+    fn unknown_algorithms_name_the_key_and_the_choices() {
+        let err = Contender::haproxy("fastest", "experiment.haproxy[1]").unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("experiment.haproxy[1]"), "{text}");
+        assert!(text.contains("\"leastconn\""), "{text}");
+        let err = Contender::nginx("ip_hash", "experiment.nginx[0]").unwrap_err();
+        assert!(err.to_string().contains("least_conn"), "{err}");
+    }
+
+    #[test]
+    fn haproxy_config_lists_every_replica_with_the_algorithm() {
+        let text = haproxy_config("random(2)", &instance(), &replicas());
+        assert!(text.contains("balance random(2)"));
+        assert!(text.contains("bind 127.0.0.1:8080\n"));
+        assert!(text.contains("server r0 127.0.0.1:9000"));
+        assert!(text.contains("server r1 127.0.0.1:9001"));
+    }
+
+    #[test]
+    fn nginx_config_sets_the_method_and_keepalive() {
+        let text = nginx_config("random two least_conn", &instance(), &replicas());
+        assert!(text.contains("        random two least_conn;\n"));
+        assert!(text.contains("server 127.0.0.1:9001;"));
+        assert!(text.contains("keepalive 4096;"));
+        let rr = nginx_config("round-robin", &instance(), &replicas());
+        assert!(!rr.contains("round-robin;"));
+    }
+
+    #[test]
+    fn prequal_config_is_a_valid_proxy_config() {
+        let policy = PolicyConfig::from_name("prequal").unwrap();
+        let text = prequal_config(&policy, &instance(), &replicas()).unwrap();
+        let table: toml::Table = toml::from_str(&text).unwrap();
+        assert_eq!(
+            table["clusters"]["default"]["policy"]["name"].as_str(),
+            Some("prequal")
+        );
+        assert_eq!(table["admin"]["enabled"].as_bool(), Some(false));
+    }
+}
