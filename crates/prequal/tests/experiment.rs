@@ -1,0 +1,221 @@
+//! `prequal experiment` end to end on loopback, without HAProxy or nginx: a tiny scenario runs
+//! and reports, every process it started is gone afterwards (also after SIGINT mid-run), and
+//! scenario mistakes get errors naming the key. Every wait is bounded.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const BOUND: Duration = Duration::from_secs(60);
+
+fn scenario(dir: &Path, load: &str, extra: &str) -> PathBuf {
+    // No HAProxy or nginx contenders unless `extra` names them.
+    let mut extra = extra.to_string();
+    for key in ["haproxy", "nginx"] {
+        if !extra.contains(key) {
+            extra.push_str(&format!("\n{key} = []"));
+        }
+    }
+    let text = format!(
+        r#"name = "tiny"
+seed = 3
+latency_objective = "100ms"
+contenders = ["round-robin", "prequal"]
+
+[servers]
+count = 3
+latency = {{ kind = "constant", value = "5ms" }}
+
+[clients]
+count = 1
+arrivals = "constant"
+
+[load]
+steps = [{{ duration = "{load}", level = 100.0 }}]
+
+[experiment]
+{extra}
+"#
+    );
+    let path = dir.join("tiny.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("prequal-exp-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// True while `pid` is a live (non-zombie) process.
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+fn pids_in(text: &str) -> Vec<u32> {
+    text.lines()
+        .filter_map(|l| l.split("(pid ").nth(1))
+        .filter_map(|rest| rest.trim_end_matches(')').parse().ok())
+        .collect()
+}
+
+#[test]
+fn tiny_experiment_reports_and_leaves_no_process() {
+    let dir = temp_dir("run");
+    let file = scenario(&dir, "1s", "direct = true");
+    let out = dir.join("report");
+    let output = Command::new(env!("CARGO_BIN_EXE_prequal"))
+        .args(["experiment", file.to_str().unwrap(), "--out"])
+        .arg(&out)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["simulated"], false);
+    let runs = report["runs"].as_array().unwrap();
+    let labels: Vec<&str> = runs.iter().map(|r| r["label"].as_str().unwrap()).collect();
+    assert_eq!(
+        labels,
+        ["round-robin", "prequal", "direct (client round robin)"]
+    );
+    for run in runs {
+        // 100 qps for 1 s with constant gaps: exactly 100 queries, all answered.
+        assert_eq!(run["summary"]["queries"], 100, "{run}");
+        assert_eq!(run["summary"]["successes"], 100, "{run}");
+        let served: u64 = run["servers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["queries"].as_u64().unwrap())
+            .sum();
+        assert_eq!(served, 100, "every response named its replica");
+        assert!(run["predicted"]["measured"]["summary"]["queries"].as_u64() > Some(0));
+    }
+    let html = std::fs::read_to_string(out.join("index.html")).unwrap();
+    assert!(html.contains("<svg") && html.contains("prequal"));
+    assert!(
+        !html.contains("src=\"http"),
+        "the page loads nothing from elsewhere"
+    );
+    let pids: Vec<u32> = report["contenders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["pids"].as_array().unwrap().clone())
+        .map(|p| p.as_u64().unwrap() as u32)
+        .collect();
+    // The backends of 3 contenders and the proxies of 2.
+    assert_eq!(pids.len(), 5, "{pids:?}");
+    for pid in pids {
+        assert!(!alive(pid), "process {pid} outlived the experiment");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sigint_mid_run_stops_every_process() {
+    let dir = temp_dir("sigint");
+    let file = scenario(&dir, "60s", "");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_prequal"))
+        .args([
+            "experiment",
+            file.to_str().unwrap(),
+            "--no-prediction",
+            "--out",
+        ])
+        .arg(dir.join("report"))
+        .env("RUST_BACKTRACE", "0")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // Wait until the load runs through the first contender's proxy.
+    let start = Instant::now();
+    let mut seen = String::new();
+    while !seen.contains("t=  1s") {
+        let line = rx
+            .recv_timeout(BOUND.saturating_sub(start.elapsed()))
+            .unwrap_or_else(|_| panic!("no progress line; stderr so far:\n{seen}"));
+        seen.push_str(&line);
+        seen.push('\n');
+    }
+    let pids = pids_in(&seen);
+    assert_eq!(pids.len(), 2, "backend and proxy started: {seen}");
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let start = Instant::now();
+    let exit = loop {
+        if let Some(exit) = child.try_wait().unwrap() {
+            break exit;
+        }
+        assert!(start.elapsed() < BOUND, "experiment did not stop on SIGINT");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!exit.success(), "an interrupted experiment reports failure");
+    let rest: Vec<String> = rx.try_iter().collect();
+    assert!(rest.join("\n").contains("interrupted"), "{rest:?}");
+    for pid in pids {
+        assert!(
+            !alive(pid),
+            "process {pid} outlived the interrupted experiment"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn scenario_mistakes_name_the_key() {
+    let dir = temp_dir("bad");
+    for (extra, key, hint) in [
+        (
+            "haproxy = [\"roundrobin\", \"fastest\"]",
+            "experiment.haproxy[1]",
+            "leastconn",
+        ),
+        ("nginx = [\"ip_hash\"]", "experiment.nginx[0]", "least_conn"),
+        ("proxies = 0", "experiment.proxies", "1 to 64"),
+        ("retries = 2", "retries", "unknown field"),
+    ] {
+        let file = scenario(&dir, "1s", extra);
+        let output = Command::new(env!("CARGO_BIN_EXE_prequal"))
+            .args(["experiment", file.to_str().unwrap(), "--dry-run"])
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{extra}: accepted");
+        assert!(
+            stderr.contains(key) && stderr.contains(hint),
+            "{extra}: {stderr}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
