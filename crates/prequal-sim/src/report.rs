@@ -89,7 +89,8 @@ fn non_defaults(config: &PolicyConfig) -> Vec<String> {
         .collect()
 }
 
-fn label_of(config: &PolicyConfig, param: Option<&(String, String)>) -> String {
+/// A run's label: the policy name, with its non-default parameters (and the swept one).
+pub fn label_of(config: &PolicyConfig, param: Option<&(String, String)>) -> String {
     let mut extra = non_defaults(config);
     // A swept value equal to the default still belongs in the label.
     if let Some((k, v)) = param

@@ -136,7 +136,10 @@ pub fn plan(compiled: &Compiled, options: &Options) -> Result<Plan, ExperimentEr
     let ex = &sc.experiment;
     let mut all = Vec::new();
     for policy in &sc.contenders {
-        all.push(Contender::prequal(label_of(policy), policy.clone()));
+        all.push(Contender::prequal(
+            prequal_sim::report::label_of(policy, None),
+            policy.clone(),
+        ));
     }
     let haproxy = ex
         .haproxy
@@ -211,24 +214,6 @@ pub fn plan(compiled: &Compiled, options: &Options) -> Result<Plan, ExperimentEr
         http2: ex.http2,
         timeout,
     })
-}
-
-fn label_of(policy: &prequal_core::PolicyConfig) -> String {
-    let table = toml::Table::try_from(policy).unwrap_or_default();
-    let defaults = prequal_core::PolicyConfig::from_name(policy.name())
-        .ok()
-        .and_then(|d| toml::Table::try_from(&d).ok())
-        .unwrap_or_default();
-    let extra: Vec<String> = table
-        .iter()
-        .filter(|(k, v)| *k != "name" && defaults.get(*k) != Some(*v))
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    if extra.is_empty() {
-        policy.name().to_string()
-    } else {
-        format!("{} ({})", policy.name(), extra.join(", "))
-    }
 }
 
 /// What only a live run knows about a contender.
