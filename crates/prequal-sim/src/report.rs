@@ -220,57 +220,39 @@ impl Report {
     pub fn table(&self) -> String {
         let mut out = String::new();
         let obj = self.latency_objective_ms;
-        let _ = writeln!(
+        let with_prediction = self.runs.iter().any(|r| r.predicted.is_some());
+        let _ = write!(
             out,
-            "{:<34} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>8}",
+            "{:<34} {:>5} {}",
             "contender",
             "load",
-            "queries",
-            "p50 ms",
-            "p90 ms",
-            "p99 ms",
-            "p99.9 ms",
-            "max ms",
-            format!("<={obj:.0}ms"),
-            "errors",
-            "timeouts"
+            summary_header(obj)
         );
-        let with_prediction = self.runs.iter().any(|r| r.predicted.is_some());
         if with_prediction {
-            // Replace the line end so the prediction column sits on the same line.
-            out.pop();
-            let _ = writeln!(out, " {:>10}", format!("sim<={obj:.0}ms"));
+            let _ = write!(out, " {:>10}", format!("sim<={obj:.0}ms"));
         }
+        out.push('\n');
         for r in &self.runs {
             let s = &r.output.measured.summary;
-            let l = &s.latency_ms;
-            let _ = writeln!(
+            let _ = write!(
                 out,
-                "{:<34} {:>5.2} {:>9} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8.3}% {:>7} {:>8}",
+                "{:<34} {:>5.2} {}",
                 label_with_param(r),
                 r.load,
-                s.queries,
-                l.p50,
-                l.p90,
-                l.p99,
-                l.p999,
-                l.max,
-                s.within_objective * 100.0,
-                s.errors,
-                s.timeouts
+                summary_cells(s)
             );
             if with_prediction {
-                out.pop();
                 match &r.predicted {
                     Some(p) => {
                         let within = p.measured.summary.within_objective * 100.0;
-                        let _ = writeln!(out, " {within:>9.3}%");
+                        let _ = write!(out, " {within:>9.3}%");
                     }
                     None => {
-                        let _ = writeln!(out, " {:>10}", "-");
+                        let _ = write!(out, " {:>10}", "-");
                     }
                 }
             }
+            out.push('\n');
         }
         if self
             .runs
@@ -365,6 +347,40 @@ impl Report {
         }
         out
     }
+}
+
+/// The column heads of [`summary_cells`], for a latency objective in milliseconds.
+pub fn summary_header(objective_ms: f64) -> String {
+    format!(
+        "{:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>8}",
+        "queries",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "p99.9 ms",
+        "max ms",
+        format!("<={objective_ms:.0}ms"),
+        "errors",
+        "timeouts"
+    )
+}
+
+/// One summary in the text tables' columns: queries, p50, p90, p99, p99.9 and max latency, the
+/// share within the objective, errors and timeouts.
+pub fn summary_cells(s: &crate::metrics::Summary) -> String {
+    let l = &s.latency_ms;
+    format!(
+        "{:>9} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8.3}% {:>7} {:>8}",
+        s.queries,
+        l.p50,
+        l.p90,
+        l.p99,
+        l.p999,
+        l.max,
+        s.within_objective * 100.0,
+        s.errors,
+        s.timeouts
+    )
 }
 
 fn label_with_param(r: &RunResult) -> String {

@@ -16,6 +16,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use prequal_core::Time;
 use prequal_server::shutdown_signal;
+use prequal_sim::report;
 use prequal_sim::scenario::{Arrivals, Phase};
 use prequal_testbed::loadgen::{self, LoadReport, LoadSpec, Progress, Uri};
 
@@ -183,34 +184,12 @@ fn summary(r: &LoadReport) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<20} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>8}",
+        "{:<20} {}",
         "phase",
-        "queries",
-        "p50 ms",
-        "p90 ms",
-        "p99 ms",
-        "p99.9 ms",
-        "max ms",
-        format!("<={:.0}ms", r.objective_ms),
-        "errors",
-        "timeouts"
+        report::summary_header(r.objective_ms)
     );
     let mut row = |label: &str, s: &prequal_sim::metrics::Summary| {
-        let l = &s.latency_ms;
-        let _ = writeln!(
-            out,
-            "{:<20} {:>9} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>8.3}% {:>7} {:>8}",
-            label,
-            s.queries,
-            l.p50,
-            l.p90,
-            l.p99,
-            l.p999,
-            l.max,
-            s.within_objective * 100.0,
-            s.errors,
-            s.timeouts
-        );
+        let _ = writeln!(out, "{label:<20} {}", report::summary_cells(s));
     };
     row("all", &m.summary);
     if m.phases.len() > 1 {

@@ -48,12 +48,6 @@ impl Serialize for ServerSet {
     }
 }
 
-impl From<ServerSet> for String {
-    fn from(set: ServerSet) -> String {
-        set.to_string()
-    }
-}
-
 impl fmt::Display for ServerSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
