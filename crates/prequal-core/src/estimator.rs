@@ -20,7 +20,14 @@
 //! just because its RIF fell back to 0. The search for samples near the current RIF skips stale
 //! ones and widens to other RIFs for fresh ones; only when the whole replica has fewer than
 //! `min_samples` fresh samples (it has been idle) does the estimate use the newest samples of
-//! any RIF, however old.
+//! any RIF, however old; and once the replica has had no fresh sample at all, that stale
+//! estimate halves every [`EstimatorConfig::stale_half_life`] (default 10 s), so a replica that
+//! clients shun for being slow is tried again eventually instead of never.
+//!
+//! Two signals go beyond the paper's median, each with a key to turn it off. The stale decay
+//! above is one. The other is the **in-flight floor** ([`EstimatorConfig::in_flight_floor`]):
+//! [`LoadTracker`] reports at least the age of the oldest query still in flight, because a
+//! median of finished queries cannot see a stall until the first stalled query finishes.
 //!
 //! ## Data structure
 //!
@@ -58,6 +65,7 @@
 //! assert_eq!(report.latency, Duration::from_millis(3));
 //! ```
 
+mod in_flight;
 mod memo;
 mod window;
 
@@ -70,7 +78,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::policy::{LoadReport, Outcome};
 use crate::time::{Time, duration_nanos};
-use memo::{Memo, Span};
+use in_flight::InFlightAges;
+use memo::{Estimate, Memo, Span};
 use window::WindowedCounter;
 
 /// Samples kept per RIF bucket.
@@ -105,6 +114,16 @@ pub struct EstimatorConfig {
     /// Must be at least `window`.
     #[serde(with = "humantime_serde")]
     pub max_age: Duration,
+    /// `in_flight_floor`, default `true`: report at least the age of the oldest query still in
+    /// flight, so a replica that stalls shows it before its first slow query finishes (see the
+    /// module docs). `false` reports the median alone, as the Prequal paper does.
+    pub in_flight_floor: bool,
+    /// `stale_half_life`, default `"10s"`: once a replica has had no fresh sample at all for
+    /// `max_age` (it gets no traffic), its estimate halves for every `stale_half_life` more, so a
+    /// replica that was shunned for being slow is eventually tried again. `"0s"` keeps the stale
+    /// estimate for ever.
+    #[serde(with = "humantime_serde")]
+    pub stale_half_life: Duration,
 }
 
 impl Default for EstimatorConfig {
@@ -114,6 +133,8 @@ impl Default for EstimatorConfig {
             min_samples: 16,
             rate_window: Duration::from_secs(1),
             max_age: Duration::from_secs(1),
+            in_flight_floor: true,
+            stale_half_life: Duration::from_secs(10),
         }
     }
 }
@@ -270,8 +291,14 @@ impl LatencyEstimator {
 
     /// Median of recent samples at or near `rif`; None before any sample.
     pub fn estimate(&self, rif: u32, now: Time) -> Option<Duration> {
+        self.estimate_with_max(rif, now).map(|(median, _)| median)
+    }
+
+    /// The median of recent samples at or near `rif` and the largest of those samples (both
+    /// decayed alike when the replica is idle); None before any sample.
+    pub fn estimate_with_max(&self, rif: u32, now: Time) -> Option<(Duration, Duration)> {
         let (center, now) = (bucket_of(rif), now.as_nanos());
-        let nanos = match self.memo.get(center, now) {
+        let estimate = match self.memo.get(center, now) {
             Some(hit) => hit,
             None => {
                 let (value, until, span) = self.compute_with_span(center, now);
@@ -279,7 +306,25 @@ impl LatencyEstimator {
                 value
             }
         };
-        nanos.map(Duration::from_nanos)
+        estimate.map(|e| {
+            let decayed = |nanos| Duration::from_nanos(self.decay_if_idle(nanos, now));
+            (decayed(e.median), decayed(e.max))
+        })
+    }
+
+    /// `nanos` halved for every `stale_half_life` that the newest sample is older than
+    /// `max_age`: an idle replica's old latency fades instead of shunning it for ever.
+    fn decay_if_idle(&self, nanos: u64, now: u64) -> u64 {
+        let half_life = duration_nanos(self.config.stale_half_life);
+        let stale_since = self
+            .newest
+            .newest_at()
+            .saturating_add(duration_nanos(self.config.max_age));
+        if half_life == 0 || now <= stale_since {
+            return nanos;
+        }
+        let halvings = (now - stale_since) as f64 / half_life as f64;
+        (nanos as f64 * (-halvings).exp2()) as u64
     }
 
     /// The estimate for bucket `center` at `now`, and the last instant at which it still holds
@@ -288,11 +333,11 @@ impl LatencyEstimator {
     #[cfg(test)]
     fn compute(&self, center: usize, now: u64) -> (Option<u64>, u64) {
         let (value, until, _) = self.compute_with_span(center, now);
-        (value, until)
+        (value.map(|e| e.median), until)
     }
 
     /// Like `compute`, also saying which buckets the estimate read.
-    fn compute_with_span(&self, center: usize, now: u64) -> (Option<u64>, u64, Span) {
+    fn compute_with_span(&self, center: usize, now: u64) -> (Option<Estimate>, u64, Span) {
         let mut buf = [Sample::default(); GATHER];
         let (mut gathered, lo, hi) = self.gather(center, now, &mut buf);
         let mut span = Span {
@@ -335,7 +380,12 @@ impl LatencyEstimator {
         } else {
             samples
         };
-        (Some(median(chosen)), until, span)
+        let max = chosen.iter().map(|s| s.latency).max().unwrap_or(0);
+        let estimate = Estimate {
+            median: median(chosen),
+            max,
+        };
+        (Some(estimate), until, span)
     }
 
     /// Copies the fresh samples (no older than `max_age`) into `buf` from the bucket `center`
@@ -422,6 +472,8 @@ pub struct LoadTracker {
     estimator: LatencyEstimator,
     completions: WindowedCounter,
     errors: WindowedCounter,
+    /// Queries in flight by arrival time, for the age of the oldest.
+    in_flight: InFlightAges,
     /// The first event seen, so rates early in a replica's life are not diluted by a window
     /// that reaches back before it started.
     first_seen: Option<Time>,
@@ -435,6 +487,7 @@ impl LoadTracker {
             estimator: LatencyEstimator::new(config),
             completions: WindowedCounter::new(config.rate_window),
             errors: WindowedCounter::new(config.rate_window),
+            in_flight: InFlightAges::default(),
             first_seen: None,
         }
     }
@@ -447,6 +500,7 @@ impl LoadTracker {
             rif: self.rif,
         };
         self.rif = self.rif.saturating_add(1);
+        self.in_flight.arrive(now);
         arrival
     }
 
@@ -458,6 +512,7 @@ impl LoadTracker {
     pub fn on_finish(&mut self, arrival: Arrival, outcome: Outcome, now: Time) {
         self.first_seen.get_or_insert(arrival.at);
         self.rif = self.rif.saturating_sub(1);
+        self.in_flight.leave(arrival.at);
         if outcome != Outcome::Error {
             let latency = now.saturating_since(arrival.at);
             self.estimator.record(arrival.rif, latency, now);
@@ -468,9 +523,22 @@ impl LoadTracker {
         }
     }
 
+    /// The query that `arrival` describes left without a response worth measuring (its client
+    /// went away): no longer in flight, and its truncated latency stays out of the estimate.
+    pub fn on_abandon(&mut self, arrival: Arrival) {
+        self.rif = self.rif.saturating_sub(1);
+        self.in_flight.leave(arrival.at);
+    }
+
     /// Requests in flight now.
     pub fn rif(&self) -> u32 {
         self.rif
+    }
+
+    /// How long the oldest query still in flight has waited at `now` (to the millisecond,
+    /// rounded down); zero when none is.
+    pub fn oldest_in_flight_age(&self, now: Time) -> Duration {
+        Duration::from_nanos(self.in_flight.oldest_age_nanos(now))
     }
 
     /// The latency estimator, for inspection.
@@ -478,7 +546,8 @@ impl LoadTracker {
         &self.estimator
     }
 
-    /// rif, latency estimate at the current RIF (Duration::ZERO before any sample),
+    /// rif, latency estimate at the current RIF (Duration::ZERO before any sample; with
+    /// `in_flight_floor`, at least the age of the oldest query in flight),
     /// qps and error_rate over the recent window; utilization None (the caller fills it).
     ///
     /// `qps` counts completions per second over the rate window (or since the first event, if
@@ -506,9 +575,20 @@ impl LoadTracker {
         } else {
             failed as f64 / completed as f64
         };
+        let (median, max) = self
+            .estimator
+            .estimate_with_max(rif, now)
+            .unwrap_or_default();
+        let mut latency = median;
+        if self.estimator.config.in_flight_floor {
+            // A query in flight for longer than any recent query took is a stall the median
+            // cannot see yet: the report grows by as much as that query outlasts them.
+            let oldest = self.oldest_in_flight_age(now);
+            latency += oldest.saturating_sub(max);
+        }
         LoadReport {
             rif,
-            latency: self.estimator.estimate(rif, now).unwrap_or_default(),
+            latency,
             qps: Some(completed as f64 / secs),
             utilization: None,
             error_rate: Some(error_rate),

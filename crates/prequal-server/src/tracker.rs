@@ -6,10 +6,10 @@
 //! - **RIF** is an [`AtomicU32`]. An arrival is one `fetch_add`, whose previous value is exactly
 //!   the "RIF seen at arrival" the estimator tags samples with (Prequal paper, section 4); a
 //!   finish is one decrement. Probes read it without locking.
-//! - **Samples** (latency by arrival RIF, completions and errors for qps and error rate) go into
-//!   the core's single-threaded [`LoadTracker`] under a [`Mutex`] held only for its O(1)
-//!   `on_finish`. The core tracker's own RIF counter is not used (it stays at 0); the atomic is
-//!   the source of truth, handed to the core's `report_at_rif` for every report.
+//! - **Samples** (latency by arrival RIF, completions and errors for qps and error rate) and the
+//!   arrival times of the queries in flight (for the age of the oldest) go into the core's
+//!   single-threaded [`LoadTracker`] under a [`Mutex`] held only for its O(1) `on_arrival` and
+//!   `on_finish`. The atomic RIF is the one reported, handed to the core's `report_at_rif`.
 //!
 //! The benchmark `benches/tracker.rs` measures one arrival + finish. On a shared 2-vCPU VM: about
 //! 15 ns with the time handed in and about 45 ns with the two clock reads a real request needs
@@ -113,6 +113,7 @@ impl SharedTracker {
     pub fn on_arrival_at(&self, now: Time) -> Arrival {
         // Relaxed is enough: the counter is a statistic, not a guard for other memory.
         let before = self.rif.fetch_add(1, Ordering::Relaxed);
+        self.lock().on_arrival(now);
         Arrival {
             at: now,
             rif: before,
@@ -132,8 +133,9 @@ impl SharedTracker {
 
     /// The query left without a response worth measuring (its client went away): no longer in
     /// flight, but its truncated latency must not enter the estimate.
-    pub fn on_abandon(&self, _arrival: Arrival) {
+    pub fn on_abandon(&self, arrival: Arrival) {
         self.decrement();
+        self.lock().on_abandon(arrival);
     }
 
     /// Requests in flight now.

@@ -38,6 +38,12 @@ pub struct Args {
     /// Samples older than this never stand for the current RIF (at least --window).
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     max_age: Duration,
+    /// Report only the median latency, not at least the age of the oldest query in flight.
+    #[arg(long)]
+    no_in_flight_floor: bool,
+    /// An idle replica's stale estimate halves every this long past --max-age ("0s": never).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    stale_half_life: Duration,
     /// On shutdown, how long open connections get to finish.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     drain: Duration,
@@ -60,6 +66,8 @@ pub fn run(args: &Args) -> Result<()> {
         min_samples: args.min_samples,
         rate_window: args.rate_window,
         max_age: args.max_age,
+        in_flight_floor: !args.no_in_flight_floor,
+        stale_half_life: args.stale_half_life,
     };
     estimator
         .validate()

@@ -28,6 +28,13 @@ pub(super) struct Span {
     pub(super) newest: bool,
 }
 
+/// An estimate: the median of the samples chosen, and the largest of them, in nanoseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Estimate {
+    pub(super) median: u64,
+    pub(super) max: u64,
+}
+
 /// One bucket's remembered estimate.
 #[derive(Debug, Clone, Copy, Default)]
 struct Entry {
@@ -40,7 +47,7 @@ struct Entry {
     /// What it read.
     span: Span,
     /// The estimate in nanoseconds (None before any sample).
-    value: Option<u64>,
+    value: Option<Estimate>,
 }
 
 /// Remembered estimates, one per bucket, invalidated by samples recorded where they read.
@@ -72,7 +79,7 @@ impl Memo {
     }
 
     /// The remembered estimate of `bucket`, if it still holds at `now`.
-    pub(super) fn get(&self, bucket: usize, now: u64) -> Option<Option<u64>> {
+    pub(super) fn get(&self, bucket: usize, now: u64) -> Option<Option<Estimate>> {
         let entry = self.entries.get(bucket)?.get();
         if entry.generation == 0 || now < entry.from || now > entry.until {
             return None;
@@ -90,7 +97,14 @@ impl Memo {
 
     /// Remembers that `bucket`, having read `span`, estimates `value` from `now` through
     /// `until`.
-    pub(super) fn put(&self, bucket: usize, now: u64, until: u64, span: Span, value: Option<u64>) {
+    pub(super) fn put(
+        &self,
+        bucket: usize,
+        now: u64,
+        until: u64,
+        span: Span,
+        value: Option<Estimate>,
+    ) {
         if let Some(cell) = self.entries.get(bucket) {
             cell.set(Entry {
                 generation: self.generation,

@@ -10,6 +10,14 @@ fn estimator() -> LatencyEstimator {
     LatencyEstimator::new(EstimatorConfig::default())
 }
 
+/// The paper's median alone: stale estimates never decay.
+fn median_only() -> LatencyEstimator {
+    LatencyEstimator::new(EstimatorConfig {
+        stale_half_life: Duration::ZERO,
+        ..Default::default()
+    })
+}
+
 #[test]
 fn buckets_are_exact_then_geometric_and_monotone() {
     for rif in 0..EXACT {
@@ -81,7 +89,7 @@ fn uses_only_the_window_when_recent_samples_suffice() {
 
 #[test]
 fn falls_back_to_the_newest_samples_at_low_rates() {
-    let mut est = estimator();
+    let mut est = median_only();
     for i in 0..16 {
         est.record(1, ms(10), Time::from_secs(i));
     }
@@ -94,7 +102,7 @@ fn falls_back_to_the_newest_samples_at_low_rates() {
 
 #[test]
 fn fewer_samples_than_wanted_are_all_used() {
-    let mut est = estimator();
+    let mut est = median_only();
     est.record(0, ms(2), Time::ZERO);
     est.record(9, ms(4), Time::ZERO);
     est.record(40, ms(12), Time::ZERO);
@@ -143,7 +151,11 @@ fn a_slow_episode_shows_within_a_bounded_number_of_completions() {
 
 #[test]
 fn rif_rises_and_falls_and_tags_samples() {
-    let mut tracker = LoadTracker::new(EstimatorConfig::default());
+    // The median alone; the in-flight floor has tests of its own.
+    let mut tracker = LoadTracker::new(EstimatorConfig {
+        in_flight_floor: false,
+        ..Default::default()
+    });
     let t0 = Time::from_millis(10);
     let arrivals: Vec<Arrival> = (0..5).map(|_| tracker.on_arrival(t0)).collect();
     assert_eq!(tracker.rif(), 5);
@@ -280,6 +292,7 @@ fn config_errors_name_the_key() {
 fn min_samples_changes_the_low_rate_fallback() {
     let config = EstimatorConfig {
         min_samples: 4,
+        stale_half_life: Duration::ZERO,
         ..Default::default()
     };
     let mut est = LatencyEstimator::new(config);
@@ -358,7 +371,10 @@ mod properties {
                 if op == 0 {
                     est.record(rif, Duration::from_micros(latency_us), now);
                 } else {
-                    let fresh = est.compute(bucket_of(rif), now.as_nanos()).0;
+                    let fresh = est
+                        .compute(bucket_of(rif), now.as_nanos())
+                        .0
+                        .map(|nanos| est.decay_if_idle(nanos, now.as_nanos()));
                     let answer = est.estimate(rif, now).map(|d| d.as_nanos() as u64);
                     prop_assert_eq!(answer, fresh, "rif {} at {:?}", rif, now);
                 }
@@ -371,7 +387,7 @@ mod properties {
 /// at RIF 1 to 10 just now, must not report its old speed when its RIF falls back to 0.
 #[test]
 fn stale_samples_at_the_current_rif_do_not_hide_a_fresh_slowdown() {
-    let mut est = estimator();
+    let mut est = median_only();
     for i in 0..32 {
         est.record(0, ms(167), Time::from_millis(i * 10));
     }
@@ -392,4 +408,66 @@ fn max_age_below_window_is_rejected() {
         ..EstimatorConfig::default()
     };
     assert_eq!(config.validate().map_err(|e| e.key), Err("max_age"));
+}
+
+#[test]
+fn a_stalled_query_raises_the_report_before_it_finishes() {
+    let mut tracker = LoadTracker::new(EstimatorConfig::default());
+    // A steady history of 10 ms queries.
+    for i in 0..50 {
+        let arrival = tracker.on_arrival(Time::from_millis(i * 10));
+        tracker.on_finish(arrival, Outcome::Success, Time::from_millis(i * 10 + 10));
+    }
+    assert_eq!(tracker.report(Time::from_millis(500)).latency, ms(10));
+    // Then a query that does not come back.
+    let stuck = tracker.on_arrival(Time::from_millis(500));
+    assert_eq!(tracker.report(Time::from_millis(505)).latency, ms(10));
+    assert_eq!(tracker.report(Time::from_millis(800)).latency, ms(299));
+    tracker.on_abandon(stuck);
+    assert_eq!(tracker.rif(), 0);
+    assert_eq!(tracker.report(Time::from_millis(800)).latency, ms(10));
+}
+
+#[test]
+fn without_the_floor_a_stall_stays_invisible_until_it_finishes() {
+    let config = EstimatorConfig {
+        in_flight_floor: false,
+        ..Default::default()
+    };
+    let mut tracker = LoadTracker::new(config);
+    for i in 0..50 {
+        let arrival = tracker.on_arrival(Time::from_millis(i * 10));
+        tracker.on_finish(arrival, Outcome::Success, Time::from_millis(i * 10 + 10));
+    }
+    let _stuck = tracker.on_arrival(Time::from_millis(500));
+    assert_eq!(tracker.report(Time::from_millis(800)).latency, ms(10));
+    assert_eq!(
+        tracker.oldest_in_flight_age(Time::from_millis(800)),
+        ms(299)
+    );
+}
+
+#[test]
+fn an_idle_replica_stale_estimate_halves_every_half_life() {
+    let mut est = estimator();
+    for i in 0..16 {
+        est.record(0, ms(400), Time::from_millis(i));
+    }
+    // Fresh until max_age (1 s) past the newest sample, then halving every 10 s.
+    assert_eq!(est.estimate(0, Time::from_millis(1_015)), Some(ms(400)));
+    assert_eq!(est.estimate(0, Time::from_millis(11_015)), Some(ms(200)));
+    assert_eq!(est.estimate(0, Time::from_millis(21_015)), Some(ms(100)));
+    // One new sample makes the replica fresh again: no decay.
+    est.record(0, ms(400), Time::from_millis(21_015));
+    assert_eq!(est.estimate(0, Time::from_millis(21_016)), Some(ms(400)));
+}
+
+#[test]
+fn a_zero_half_life_keeps_the_stale_estimate() {
+    let mut est = LatencyEstimator::new(EstimatorConfig {
+        stale_half_life: Duration::ZERO,
+        ..Default::default()
+    });
+    est.record(0, ms(400), Time::ZERO);
+    assert_eq!(est.estimate(0, Time::from_secs(3600)), Some(ms(400)));
 }
