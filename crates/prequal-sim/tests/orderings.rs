@@ -68,6 +68,30 @@ fn beyond_round_robin_orderings() {
     );
 }
 
+/// Beyond Round Robin, half as long: once the 2 s episode ends, prequal must give the replica
+/// traffic again. It is shunned while its stale 2 s estimate stands, so only the stale decay
+/// brings it back; with the decay off it gets nothing after its episode.
+#[test]
+fn prequal_returns_traffic_to_a_replica_after_its_slow_episode() {
+    let queries_after_episode = |half_life_ms: u64| {
+        let compiled = Scenario::load_adjusted(&scenario("beyond-round-robin.toml"), |s| {
+            s.scale_time(0.5);
+            s.contenders = with_contenders(&["prequal"]);
+            s.estimator.stale_half_life = std::time::Duration::from_millis(half_life_ms);
+        })
+        .unwrap();
+        let report = run(&compiled);
+        let seconds = &report.runs[0].output.measured.per_second;
+        // The episode covers 7.5 s to 22.5 s; count what the slow replica got from 25 s on.
+        seconds[25..].iter().map(|s| s.replicas[10]).sum::<u64>()
+    };
+    let with_decay = queries_after_episode(1_000);
+    let without = queries_after_episode(0);
+    eprintln!("replica 10 after its episode: {with_decay} with decay, {without} without");
+    assert!(with_decay > 50, "only {with_decay} queries with decay");
+    assert_eq!(without, 0);
+}
+
 /// The Prequal load ramp on 20 replicas and 10 clients, 3.3 s per step: WRR hits the 5 s
 /// deadline at the top steps, Prequal never does.
 #[test]
