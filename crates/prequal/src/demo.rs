@@ -93,6 +93,12 @@ pub fn run(args: &Args) -> Result<()> {
         out.display(),
         written.len()
     )?;
+    if report.interrupted {
+        anyhow::bail!(
+            "interrupted: the report holds the {} contender(s) that finished",
+            report.report.runs.len()
+        );
+    }
     Ok(())
 }
 

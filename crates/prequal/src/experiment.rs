@@ -72,6 +72,12 @@ pub fn run(args: &Args) -> Result<()> {
         options.out.display(),
         written.len()
     );
+    if report.interrupted {
+        bail!(
+            "interrupted: the report holds the {} contender(s) that finished",
+            report.report.runs.len()
+        );
+    }
     Ok(())
 }
 

@@ -127,10 +127,10 @@ fn tiny_experiment_reports_and_leaves_no_process() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[test]
-fn sigint_mid_run_stops_every_process() {
-    let dir = temp_dir("sigint");
-    let file = scenario(&dir, "60s", "");
+/// Runs `prequal experiment` on `file`, sends SIGINT once its stderr has shown every marker
+/// in `markers` in turn, and waits (bounded) for it to exit. Returns whether it succeeded, the
+/// stderr up to the signal, and the rest.
+fn interrupt_after(file: &Path, out: &Path, markers: &[&str]) -> (bool, String, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_prequal"))
         .args([
             "experiment",
@@ -138,7 +138,7 @@ fn sigint_mid_run_stops_every_process() {
             "--no-prediction",
             "--out",
         ])
-        .arg(dir.join("report"))
+        .arg(out)
         .env("RUST_BACKTRACE", "0")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -154,18 +154,19 @@ fn sigint_mid_run_stops_every_process() {
             }
         }
     });
-    // Wait until the load runs through the first contender's proxy.
     let start = Instant::now();
     let mut seen = String::new();
-    while !seen.contains("t=  1s") {
-        let line = rx
-            .recv_timeout(BOUND.saturating_sub(start.elapsed()))
-            .unwrap_or_else(|_| panic!("no progress line; stderr so far:\n{seen}"));
-        seen.push_str(&line);
-        seen.push('\n');
+    for marker in markers {
+        // Each marker must come after the previous one.
+        let from = seen.len();
+        while !seen[from..].contains(marker) {
+            let line = rx
+                .recv_timeout(BOUND.saturating_sub(start.elapsed()))
+                .unwrap_or_else(|_| panic!("no {marker:?} line; stderr so far:\n{seen}"));
+            seen.push_str(&line);
+            seen.push('\n');
+        }
     }
-    let pids = pids_in(&seen);
-    assert_eq!(pids.len(), 2, "backend and proxy started: {seen}");
     let status = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
@@ -179,14 +180,62 @@ fn sigint_mid_run_stops_every_process() {
         assert!(start.elapsed() < BOUND, "experiment did not stop on SIGINT");
         std::thread::sleep(Duration::from_millis(50));
     };
-    assert!(!exit.success(), "an interrupted experiment reports failure");
     let rest: Vec<String> = rx.try_iter().collect();
-    assert!(rest.join("\n").contains("interrupted"), "{rest:?}");
+    (exit.success(), seen, rest.join("\n"))
+}
+
+#[test]
+fn sigint_mid_run_stops_every_process() {
+    let dir = temp_dir("sigint");
+    let file = scenario(&dir, "60s", "");
+    // Wait until the load runs through the first contender's proxy.
+    let (success, seen, rest) = interrupt_after(&file, &dir.join("report"), &["t=  1s"]);
+    let pids = pids_in(&seen);
+    assert_eq!(pids.len(), 2, "backend and proxy started: {seen}");
+    assert!(!success, "an interrupted experiment reports failure");
+    assert!(rest.contains("interrupted"), "{rest}");
+    assert!(
+        !dir.join("report/report.json").exists(),
+        "no report without a finished contender"
+    );
     for pid in pids {
         assert!(
             !alive(pid),
             "process {pid} outlived the interrupted experiment"
         );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sigint_in_a_later_contender_keeps_the_finished_ones() {
+    let dir = temp_dir("partial");
+    let file = scenario(&dir, "2s", "");
+    let out = dir.join("report");
+    // The first contender (round robin) finishes; interrupt the second (prequal) mid-load.
+    let (success, seen, rest) = interrupt_after(&file, &out, &["[2/2]", "t=  1s"]);
+    assert!(!success, "an interrupted experiment reports failure");
+    assert!(rest.contains("interrupted"), "{rest}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["interrupted"], true);
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{report}");
+    assert_eq!(runs[0]["label"], "round-robin");
+    assert_eq!(runs[0]["summary"]["queries"], 200);
+    let skipped = report["skipped"].as_array().unwrap();
+    assert!(
+        skipped
+            .iter()
+            .any(|s| s["label"] == "prequal"
+                && s["reason"].as_str().unwrap().contains("interrupted")),
+        "{skipped:?}"
+    );
+    assert!(out.join("index.html").exists());
+    let pids = pids_in(&seen);
+    assert_eq!(pids.len(), 4, "two backends and two proxies: {seen}");
+    for pid in pids {
+        assert!(!alive(pid), "process {pid} outlived the experiment");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

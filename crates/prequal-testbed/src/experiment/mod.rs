@@ -249,6 +249,9 @@ pub struct ExperimentReport {
     pub skipped: Vec<Skipped>,
     /// Logical CPUs of the machine the experiment ran on.
     pub cpus: usize,
+    /// SIGINT or SIGTERM cut the experiment short: the report holds the contenders that
+    /// finished before it, and the rest are listed in `skipped`.
+    pub interrupted: bool,
 }
 
 /// What the runner reports while it works.
@@ -284,6 +287,9 @@ pub enum Event<'a> {
 }
 
 /// Runs every contender of `plan` in turn; `interrupted` (set on SIGINT/SIGTERM) stops early.
+/// An interrupted experiment still reports the contenders that finished (with
+/// [`ExperimentReport::interrupted`] set); with none finished it is
+/// [`ExperimentError::Interrupted`].
 pub fn run(
     compiled: &Compiled,
     plan: &Plan,
@@ -306,6 +312,8 @@ pub fn run(
     let mut runs = Vec::new();
     let mut records = Vec::new();
     let mut skipped = plan.skipped.clone();
+    // The first contender not run, when SIGINT or SIGTERM cut the experiment short.
+    let mut cut_at = None;
     for (index, contender) in plan.contenders.iter().enumerate() {
         on_event(Event::Starting {
             label: &contender.label,
@@ -323,10 +331,19 @@ pub fn run(
             on_event,
         );
         // One contender failing to start (a balancer rejecting its config, say) is reported
-        // and the others still run; an interruption ends the experiment.
+        // and the others still run; an interruption ends the experiment, keeping what finished.
         let (mut result, record) = match outcome {
+            // A run that the signal cut short (the load generator stops and reports what it
+            // has) is not comparable with the others: it is left out.
+            Ok(_) if interrupted.load(Ordering::Relaxed) => {
+                cut_at = Some(index);
+                break;
+            }
             Ok(done) => done,
-            Err(ExperimentError::Interrupted) => return Err(ExperimentError::Interrupted),
+            Err(ExperimentError::Interrupted) => {
+                cut_at = Some(index);
+                break;
+            }
             Err(e) => {
                 let reason = format!("failed: {e}");
                 on_event(Event::Failed {
@@ -358,8 +375,16 @@ pub fn run(
         on_event(Event::Finished(&result));
         runs.push(result);
         records.push(record);
-        if interrupted.load(Ordering::Relaxed) {
+    }
+    if let Some(first_not_run) = cut_at {
+        if runs.is_empty() {
             return Err(ExperimentError::Interrupted);
+        }
+        for contender in &plan.contenders[first_not_run..] {
+            skipped.push(Skipped {
+                label: contender.label.clone(),
+                reason: "not run: the experiment was interrupted".into(),
+            });
         }
     }
     let sc = &compiled.scenario;
@@ -376,6 +401,7 @@ pub fn run(
         contenders: records,
         skipped,
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        interrupted: cut_at.is_some(),
     })
 }
 
