@@ -11,7 +11,9 @@
 //!   (when there are at most 12 runs).
 //!
 //! Titles say whether the numbers are simulated or live; a live run's simulated prediction, when
-//! it has one, is drawn dashed in the run's colour on the latency-percentile plot.
+//! it has one, is drawn dashed in the run's colour on the latency-percentile plot, once per core
+//! policy (runs that simulate alike, such as HAProxy's `leastconn` and prequal's least-loaded,
+//! share the colour of the first of them).
 //!
 //! Text is rendered with a font embedded in the binary (Ubuntu Light from the
 //! `epaint_default_fonts` crate) registered with plotters' ab_glyph backend, so plots build on
@@ -125,8 +127,10 @@ pub fn write_plots(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, PlotErro
     Ok(written)
 }
 
+/// Twelve distinguishable colours, enough for every contender of a full live experiment (four
+/// prequal policies, three HAProxy and three nginx algorithms, direct) before any repeats.
 fn color(i: usize) -> RGBColor {
-    const PALETTE: [RGBColor; 8] = [
+    const PALETTE: [RGBColor; 12] = [
         RGBColor(31, 119, 180),
         RGBColor(214, 39, 40),
         RGBColor(44, 160, 44),
@@ -135,6 +139,10 @@ fn color(i: usize) -> RGBColor {
         RGBColor(140, 86, 75),
         RGBColor(227, 119, 194),
         RGBColor(23, 190, 207),
+        RGBColor(127, 127, 127),
+        RGBColor(188, 189, 34),
+        RGBColor(0, 0, 0),
+        RGBColor(0, 95, 95),
     ];
     PALETTE[i % PALETTE.len()]
 }
@@ -210,6 +218,9 @@ fn latency_percentile<DB: DrawingBackend>(
             .map(|&(p, ms)| (1.0 / (1.0 - p / 100.0).max(1e-4), ms))
             .collect()
     };
+    // Contenders with the same core policy (a prequal proxy's least-loaded and HAProxy's
+    // leastconn, say) share one simulated prediction: draw and label each prediction once.
+    let mut predicted_policies: Vec<&str> = Vec::new();
     for (i, r) in report.runs.iter().enumerate() {
         let c = color(i);
         let points = curve_points(&r.output.measured.latency_curve);
@@ -218,7 +229,10 @@ fn latency_percentile<DB: DrawingBackend>(
             .map_err(|e| e.to_string())?
             .label(run_name(r))
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
-        if let Some(p) = &r.predicted {
+        if let Some(p) = &r.predicted
+            && !predicted_policies.contains(&p.policy.as_str())
+        {
+            predicted_policies.push(&p.policy);
             let points = curve_points(&p.measured.latency_curve);
             chart
                 .draw_series(DashedLineSeries::new(points, 6, 4, c.stroke_width(1)))
@@ -233,7 +247,8 @@ fn latency_percentile<DB: DrawingBackend>(
         .configure_series_labels()
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
+        // High percentiles have high latencies, so the lower right corner is where no curve goes.
+        .position(SeriesLabelPosition::LowerRight)
         .draw()
         .map_err(|e| e.to_string())
 }
