@@ -117,6 +117,10 @@ struct Sim<'a> {
     clients: Vec<Client>,
     servers: Vec<Server>,
     net_rng: SmallRng,
+    /// This run's own copies of the network delays: a sequential trace keeps its place per
+    /// run, never shared with runs going on in parallel.
+    delay: Option<Distribution>,
+    probe_delay: Option<Distribution>,
     recorder: Recorder,
     done: Vec<crate::model::JobId>,
     expired: Vec<u64>,
@@ -189,6 +193,8 @@ impl<'a> Sim<'a> {
             clients,
             servers,
             net_rng: SmallRng::seed_from_u64(derive_seed(seed, 4, 0)),
+            delay: compiled.delay.clone(),
+            probe_delay: compiled.probe_delay.clone(),
             recorder,
             done: Vec::new(),
             expired: Vec::new(),
@@ -250,9 +256,9 @@ impl<'a> Sim<'a> {
     /// One-way network delay drawn from `dist` (zero when the scenario sets none).
     fn delay(&mut self, probe: bool) -> Duration {
         let dist: Option<&Distribution> = if probe {
-            self.compiled.probe_delay.as_ref()
+            self.probe_delay.as_ref()
         } else {
-            self.compiled.delay.as_ref()
+            self.delay.as_ref()
         };
         dist.map_or(Duration::ZERO, |d| d.sample(&mut self.net_rng))
     }

@@ -11,7 +11,7 @@
 //! | `lognormal` | `mean`, `sd` | log-normal with that mean and standard deviation |
 //! | `exponential` | `mean` | exponential with that mean |
 //! | `uniform` | `low`, `high` | uniform on `[low, high]` |
-//! | `trace` | `file` | replays recorded latencies: each sample is a uniformly chosen line of the file |
+//! | `trace` | `file`, `order` | replays recorded latencies: with `order = "random"` (the default) each sample is a uniformly chosen line of the file; with `order = "sequential"` each replica reads the file line after line from a random first line, wrapping around, so slow stretches of the recording stay together |
 //! | `slow` | `base`, `factor` | `base` multiplied by `factor` (Finagle's "slow by a factor") |
 //!
 //! A trace file holds one latency per line, either with a unit (`12.5ms`, `2s`) or as a bare
@@ -20,6 +20,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use rand::{Rng, RngCore};
@@ -78,6 +79,9 @@ pub enum DistSpec {
     Trace {
         /// The trace file.
         file: PathBuf,
+        /// In which order the lines are replayed.
+        #[serde(default, skip_serializing_if = "TraceOrder::is_random")]
+        order: TraceOrder,
     },
     /// Another distribution scaled by a factor.
     Slow {
@@ -86,6 +90,54 @@ pub enum DistSpec {
         /// The multiplier (> 0).
         factor: f64,
     },
+}
+
+/// How a trace's latencies are replayed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TraceOrder {
+    /// Each sample is a uniformly chosen line: the recording's distribution, without its order.
+    #[default]
+    Random,
+    /// Line after line from a random first line, wrapping around: the recording's order too,
+    /// so bursts of slow queries arrive together, as they were recorded.
+    Sequential,
+}
+
+impl TraceOrder {
+    fn is_random(&self) -> bool {
+        *self == TraceOrder::Random
+    }
+}
+
+/// The index of a sequential trace's next line: unset until the first sample picks a random
+/// line. A clone starts unset, so no two samplers ever share a place in the recording.
+#[derive(Debug)]
+pub struct Cursor(AtomicUsize);
+
+impl Cursor {
+    const UNSET: usize = usize::MAX;
+
+    fn new() -> Self {
+        Cursor(AtomicUsize::new(Self::UNSET))
+    }
+
+    /// The line to read now (picking a random first one), advancing past it.
+    fn advance(&self, len: usize, rng: &mut dyn RngCore) -> usize {
+        // Relaxed is enough: a cursor is only ever sampled by the one thread that owns it.
+        let mut i = self.0.load(Ordering::Relaxed);
+        if i >= len {
+            i = rng.random_range(0..len);
+        }
+        self.0.store((i + 1) % len, Ordering::Relaxed);
+        i
+    }
+}
+
+impl Clone for Cursor {
+    fn clone(&self) -> Self {
+        Cursor::new()
+    }
 }
 
 /// A compiled distribution, ready to sample.
@@ -108,6 +160,9 @@ pub enum Distribution {
     Uniform(u64, u64),
     /// Samples drawn uniformly from a recorded list (nanoseconds).
     Empirical(Arc<[u64]>),
+    /// A recorded list (nanoseconds) read in order, wrapping around. Each replica's model (and
+    /// each simulation's network) samples its own clone, so each has its own place.
+    Sequence(Arc<[u64]>, Cursor),
     /// A distribution multiplied by a factor.
     Scaled(Box<Distribution>, f64),
 }
@@ -172,7 +227,7 @@ impl DistSpec {
             DistSpec::Uniform { low, high } => {
                 Distribution::Uniform(nanos(*low) as u64, nanos(*high) as u64)
             }
-            DistSpec::Trace { file } => {
+            DistSpec::Trace { file, order } => {
                 let samples = load_trace(file)?;
                 if samples.is_empty() {
                     return Err(ModelError::invalid(
@@ -180,7 +235,10 @@ impl DistSpec {
                         format!("trace {} holds no latencies", file.display()),
                     ));
                 }
-                Distribution::Empirical(samples)
+                match order {
+                    TraceOrder::Random => Distribution::Empirical(samples),
+                    TraceOrder::Sequential => Distribution::Sequence(samples, Cursor::new()),
+                }
             }
             DistSpec::Slow { base, factor } => Distribution::Scaled(
                 Box::new(base.compile(&format!("{key}.base"), load_trace)?),
@@ -230,6 +288,7 @@ impl Distribution {
                 }
             }
             Distribution::Empirical(samples) => samples[rng.random_range(0..samples.len())],
+            Distribution::Sequence(samples, cursor) => samples[cursor.advance(samples.len(), rng)],
             Distribution::Scaled(base, factor) => {
                 (base.sample_nanos(rng) as f64 * factor).round() as u64
             }
@@ -248,7 +307,7 @@ impl Distribution {
             Distribution::Normal { mean, sd } => truncated_normal_mean(*mean, *sd),
             Distribution::Lognormal(_, m) | Distribution::Exponential(_, m) => *m,
             Distribution::Uniform(lo, hi) => (*lo as f64 + *hi as f64) / 2.0,
-            Distribution::Empirical(samples) => {
+            Distribution::Empirical(samples) | Distribution::Sequence(samples, _) => {
                 samples.iter().map(|&s| s as f64).sum::<f64>() / samples.len() as f64
             }
             Distribution::Scaled(base, factor) => base.mean_nanos() * factor,
@@ -375,6 +434,42 @@ mod tests {
         .unwrap();
         let err = spec.compile_pure("servers.latency").unwrap_err();
         assert!(err.to_string().contains("servers.latency.factor"), "{err}");
+    }
+
+    fn compile_trace(order: &str) -> Distribution {
+        let spec: DistSpec =
+            toml::from_str(&format!("kind = \"trace\"\nfile = \"t.txt\"\n{order}")).unwrap();
+        let trace: Arc<[u64]> = Arc::from(vec![1, 2, 3, 4, 5]);
+        spec.compile("latency", &mut |_| Ok(trace.clone())).unwrap()
+    }
+
+    #[test]
+    fn a_sequential_trace_replays_its_lines_in_order_from_a_random_start() {
+        let d = compile_trace("order = \"sequential\"");
+        let mut rng = SmallRng::seed_from_u64(9);
+        let got: Vec<u64> = (0..12).map(|_| d.sample_nanos(&mut rng)).collect();
+        for pair in got.windows(2) {
+            assert_eq!(pair[1], pair[0] % 5 + 1, "in order, wrapping: {got:?}");
+        }
+        // Another replica's clone keeps a place of its own.
+        let other = compile_trace("order = \"sequential\"");
+        let mut rng = SmallRng::seed_from_u64(1);
+        let starts: std::collections::HashSet<u64> = (0..20)
+            .map(|_| other.clone().sample_nanos(&mut rng))
+            .collect();
+        assert!(starts.len() > 1, "random first lines: {starts:?}");
+    }
+
+    #[test]
+    fn a_random_trace_is_the_default_and_writes_back_without_order() {
+        let d = compile_trace("");
+        assert!(matches!(d, Distribution::Empirical(_)));
+        let spec: DistSpec = toml::from_str("kind = \"trace\"\nfile = \"t.txt\"").unwrap();
+        assert!(!toml::to_string(&spec).unwrap().contains("order"));
+        let err =
+            toml::from_str::<DistSpec>("kind = \"trace\"\nfile = \"t\"\norder = \"shuffled\"")
+                .unwrap_err();
+        assert!(err.to_string().contains("sequential"), "{err}");
     }
 
     #[test]
