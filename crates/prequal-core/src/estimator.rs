@@ -20,14 +20,20 @@
 //! just because its RIF fell back to 0. The search for samples near the current RIF skips stale
 //! ones and widens to other RIFs for fresh ones; only when the whole replica has fewer than
 //! `min_samples` fresh samples (it has been idle) does the estimate use the newest samples of
-//! any RIF, however old; and once the replica has had no fresh sample at all, that stale
-//! estimate halves every [`EstimatorConfig::stale_half_life`] (default 10 s), so a replica that
-//! clients shun for being slow is tried again eventually instead of never.
+//! any RIF, however old, back to the first gap longer than `max_age + stale_half_life` in the
+//! replica's traffic (a replica that clients shunned for a long while is judged by the queries
+//! it served after the gap, not by those before it); and once the replica has had no fresh
+//! sample at all, that
+//! stale estimate halves every [`EstimatorConfig::stale_half_life`] (default 10 s),
+//! so a replica that clients shun for being slow is tried again eventually instead of never.
 //!
 //! Two signals go beyond the paper's median, each with a key to turn it off. The stale decay
 //! above is one. The other is the **in-flight floor** ([`EstimatorConfig::in_flight_floor`]):
-//! [`LoadTracker`] reports at least the age of the oldest query still in flight, because a
-//! median of finished queries cannot see a stall until the first stalled query finishes.
+//! a median of finished queries cannot see a stall until the first stalled query finishes, so
+//! [`LoadTracker`] also watches the queries in flight. When the oldest one that no later query
+//! has overtaken ([`LoadTracker::stalled_for`]) has waited longer than the slowest sample
+//! behind the median, the report grows by the difference. Overtaken queries do not count, so
+//! one long-lived stream or hung handler on an otherwise healthy replica changes nothing.
 //!
 //! ## Data structure
 //!
@@ -114,14 +120,16 @@ pub struct EstimatorConfig {
     /// Must be at least `window`.
     #[serde(with = "humantime_serde")]
     pub max_age: Duration,
-    /// `in_flight_floor`, default `true`: report at least the age of the oldest query still in
-    /// flight, so a replica that stalls shows it before its first slow query finishes (see the
-    /// module docs). `false` reports the median alone, as the Prequal paper does.
+    /// `in_flight_floor`, default `true`: when a query in flight that no later query has
+    /// overtaken has waited longer than the slowest sample behind the median, the report grows
+    /// by the difference, so a replica that stalls shows it before its first slow query
+    /// finishes (see the module docs). `false` reports the median alone, as the Prequal paper
+    /// does.
     pub in_flight_floor: bool,
     /// `stale_half_life`, default `"10s"`: once a replica has had no fresh sample at all for
-    /// `max_age` (it gets no traffic), its estimate halves for every `stale_half_life` more, so a
-    /// replica that was shunned for being slow is eventually tried again. `"0s"` keeps the stale
-    /// estimate for ever.
+    /// `max_age` (it gets no traffic), its estimate halves for every `stale_half_life` more, so
+    /// a replica that was shunned for being slow is eventually tried again. `"0s"` keeps the
+    /// stale estimate for ever.
     #[serde(with = "humantime_serde")]
     pub stale_half_life: Duration,
 }
@@ -294,8 +302,8 @@ impl LatencyEstimator {
         self.estimate_with_max(rif, now).map(|(median, _)| median)
     }
 
-    /// The median of recent samples at or near `rif` and the largest of those samples (both
-    /// decayed alike when the replica is idle); None before any sample.
+    /// The median of recent samples at or near `rif` and the largest of those same samples;
+    /// None before any sample.
     pub fn estimate_with_max(&self, rif: u32, now: Time) -> Option<(Duration, Duration)> {
         let (center, now) = (bucket_of(rif), now.as_nanos());
         let estimate = match self.memo.get(center, now) {
@@ -306,34 +314,33 @@ impl LatencyEstimator {
                 value
             }
         };
-        estimate.map(|e| {
-            let decayed = |nanos| Duration::from_nanos(self.decay_if_idle(nanos, now));
-            (decayed(e.median), decayed(e.max))
-        })
+        estimate.map(|e| (Duration::from_nanos(e.median), Duration::from_nanos(e.max)))
     }
 
-    /// `nanos` halved for every `stale_half_life` that the newest sample is older than
-    /// `max_age`: an idle replica's old latency fades instead of shunning it for ever.
-    fn decay_if_idle(&self, nanos: u64, now: u64) -> u64 {
+    /// How much an idle replica's stale estimate still counts at `now`: 1 while the newest
+    /// sample is at most `max_age` old, then halving every `stale_half_life` (always 1 when
+    /// that is zero).
+    pub fn stale_factor(&self, now: Time) -> f64 {
         let half_life = duration_nanos(self.config.stale_half_life);
         let stale_since = self
             .newest
             .newest_at()
             .saturating_add(duration_nanos(self.config.max_age));
+        let now = now.as_nanos();
         if half_life == 0 || now <= stale_since {
-            return nanos;
+            return 1.0;
         }
         let halvings = (now - stale_since) as f64 / half_life as f64;
-        (nanos as f64 * (-halvings).exp2()) as u64
+        (-halvings).exp2()
     }
 
     /// The estimate for bucket `center` at `now`, and the last instant at which it still holds
     /// if nothing is recorded meanwhile (when the first sample used leaves the window or goes
     /// stale; see [`memo`]).
     #[cfg(test)]
-    fn compute(&self, center: usize, now: u64) -> (Option<u64>, u64) {
+    fn compute(&self, center: usize, now: u64) -> (Option<Estimate>, u64) {
         let (value, until, _) = self.compute_with_span(center, now);
-        (value.map(|e| e.median), until)
+        (value, until)
     }
 
     /// Like `compute`, also saying which buckets the estimate read.
@@ -350,10 +357,19 @@ impl LatencyEstimator {
             at.saturating_add(duration_nanos(self.config.max_age))
         });
         if gathered < self.config.min_samples {
-            // Idle replica: too few fresh samples at any RIF, so the newest of any age.
+            // Idle replica: too few fresh samples at any RIF, so the newest of any age, back to
+            // the first gap in its traffic longer than `max_age + stale_half_life`: samples from
+            // before such a gap describe another regime once anything has finished after it (a
+            // replica shunned while slow is judged by the queries it served since). Shorter
+            // gaps are bridged, so a few lucky queries after a brief lull do not decide alone.
             let newest = self.newest.filled();
             buf[..newest.len()].copy_from_slice(newest);
-            gathered = newest.len();
+            let samples = &mut buf[..newest.len()];
+            samples.sort_unstable_by_key(|s| std::cmp::Reverse(s.at));
+            let gap = duration_nanos(self.config.max_age + self.config.stale_half_life);
+            gathered = (1..samples.len())
+                .find(|&i| samples[i - 1].at - samples[i].at > gap)
+                .unwrap_or(samples.len());
             span.newest = true;
         }
         if gathered == 0 {
@@ -474,6 +490,9 @@ pub struct LoadTracker {
     errors: WindowedCounter,
     /// Queries in flight by arrival time, for the age of the oldest.
     in_flight: InFlightAges,
+    /// The latest arrival time among the queries that have finished: a query in flight that
+    /// arrived before it has been overtaken (see [`LoadTracker::stalled_for`]).
+    last_finished_arrival: Option<Time>,
     /// The first event seen, so rates early in a replica's life are not diluted by a window
     /// that reaches back before it started.
     first_seen: Option<Time>,
@@ -488,6 +507,7 @@ impl LoadTracker {
             completions: WindowedCounter::new(config.rate_window),
             errors: WindowedCounter::new(config.rate_window),
             in_flight: InFlightAges::default(),
+            last_finished_arrival: None,
             first_seen: None,
         }
     }
@@ -513,6 +533,7 @@ impl LoadTracker {
         self.first_seen.get_or_insert(arrival.at);
         self.rif = self.rif.saturating_sub(1);
         self.in_flight.leave(arrival.at);
+        self.last_finished_arrival = self.last_finished_arrival.max(Some(arrival.at));
         if outcome != Outcome::Error {
             let latency = now.saturating_since(arrival.at);
             self.estimator.record(arrival.rif, latency, now);
@@ -535,10 +556,24 @@ impl LoadTracker {
         self.rif
     }
 
-    /// How long the oldest query still in flight has waited at `now` (to the millisecond,
-    /// rounded down); zero when none is.
+    /// How long the oldest query still in flight has waited at `now` (understated by up to
+    /// 1 ms); zero when none is.
     pub fn oldest_in_flight_age(&self, now: Time) -> Duration {
         Duration::from_nanos(self.in_flight.oldest_age_nanos(now))
+    }
+
+    /// How long the replica has been stalled at `now`: the age of the oldest query in flight
+    /// that no later query has overtaken (none that arrived after it has finished), understated
+    /// by up to 1 ms; None when every query in flight has been overtaken or none is in flight.
+    ///
+    /// In a stall nothing that arrives finishes, so the oldest stuck query counts from the
+    /// moment the stall began. A single long query on a healthy replica (a hung handler, a
+    /// streamed response held open for minutes) is soon overtaken by later ones that finish,
+    /// so it does not count: it says nothing about how long a query arriving now will take.
+    pub fn stalled_for(&self, now: Time) -> Option<Duration> {
+        self.in_flight
+            .oldest_age_since(self.last_finished_arrival, now)
+            .map(Duration::from_nanos)
     }
 
     /// The latency estimator, for inspection.
@@ -546,8 +581,10 @@ impl LoadTracker {
         &self.estimator
     }
 
-    /// rif, latency estimate at the current RIF (Duration::ZERO before any sample; with
-    /// `in_flight_floor`, at least the age of the oldest query in flight),
+    /// rif, latency estimate at the current RIF (Duration::ZERO before any sample; decayed by
+    /// [`LatencyEstimator::stale_factor`] once no sample is fresh; with `in_flight_floor`,
+    /// grown by as much as [`LoadTracker::stalled_for`] exceeds the slowest sample behind the
+    /// median),
     /// qps and error_rate over the recent window; utilization None (the caller fills it).
     ///
     /// `qps` counts completions per second over the rate window (or since the first event, if
@@ -579,12 +616,15 @@ impl LoadTracker {
             .estimator
             .estimate_with_max(rif, now)
             .unwrap_or_default();
-        let mut latency = median;
+        // An idle replica's stale estimate fades. Queries in flight do not stop the fade: the
+        // first queries that reach a shunned replica must not restore its stale latency before
+        // any of them has finished, or it could be tried only one query at a time.
+        let mut latency = median.mul_f64(self.estimator.stale_factor(now));
         if self.estimator.config.in_flight_floor {
-            // A query in flight for longer than any recent query took is a stall the median
-            // cannot see yet: the report grows by as much as that query outlasts them.
-            let oldest = self.oldest_in_flight_age(now);
-            latency += oldest.saturating_sub(max);
+            // A query stuck for longer than any recent query took is a stall the median cannot
+            // see yet: the report grows by as much as that query outlasts them.
+            let stalled_for = self.stalled_for(now).unwrap_or_default();
+            latency += stalled_for.saturating_sub(max);
         }
         LoadReport {
             rif,

@@ -38,7 +38,7 @@ pub struct Args {
     /// Samples older than this never stand for the current RIF (at least --window).
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     max_age: Duration,
-    /// Report only the median latency, not at least the age of the oldest query in flight.
+    /// Report the median latency alone, without growing it while a query is stalled in flight.
     #[arg(long)]
     no_in_flight_floor: bool,
     /// An idle replica's stale estimate halves every this long past --max-age ("0s": never).

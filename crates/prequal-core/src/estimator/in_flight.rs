@@ -1,21 +1,23 @@
-//! How long the oldest query still in flight has been waiting: a lower bound on latency that
-//! needs no completion.
+//! How long the queries still in flight have been waiting: evidence of a stall that needs no
+//! completion.
 //!
 //! The median of finished queries only learns that a replica turned slow when the first slow
 //! query finishes: a replica that stalls (a long garbage-collection pause, a lock convoy, a
 //! dependency timing out) keeps reporting its old, fast latency for as long as the stall lasts,
 //! and a latency-led rule keeps choosing it. But a query that has been in flight for 300 ms
 //! already proves that a query arriving now may take 300 ms. [`InFlightAges`] answers "how
-//! long has the oldest query in flight been waiting" so that the tracker can report
-//! `max(median of recent latencies, age of the oldest query in flight)`.
+//! long has the oldest query in flight (that arrived at or after a given time) been waiting";
+//! the tracker uses it to grow its report during a stall (see `LoadTracker::stalled_for`).
 //!
 //! Queries are counted per arrival slot of [`SLOT`] (1 ms) in a deque that starts at the oldest
 //! slot with a query still in flight. An arrival adds to the newest slot, a finish subtracts from
 //! its arrival's slot, and emptied slots at the front are dropped: O(1) amortised, no allocation
-//! once the deque has grown. The age is measured from the end of the oldest slot, so it never
-//! overstates. To bound memory when one query is stuck for a long time while others come and
-//! go, the deque holds at most [`MAX_SLOTS`] slots (about 4 s); past that the oldest slot is
-//! merged into the next one, which keeps the age a lower bound (it can only understate it).
+//! once the deque has grown. Ages are measured from the end of a slot, so they understate by up
+//! to 1 ms and never overstate. To bound memory when one query is stuck for a long time while
+//! others come and go, the deque holds at most [`MAX_SLOTS`] slots (about 4 s); older queries
+//! are merged into the oldest slot kept, which keeps their age a lower bound. A finish reported
+//! twice (or without its arrival) takes a count from another query of the same slot or of the
+//! oldest slot: that can only understate ages.
 
 use std::collections::VecDeque;
 
@@ -25,7 +27,7 @@ use crate::time::Time;
 pub(crate) const SLOT: u64 = 1_000_000;
 
 /// Most slots kept: beyond this span the oldest queries share a slot and their age is
-/// understated (still at least `MAX_SLOTS` slots).
+/// understated (still at least `MAX_SLOTS - 2` slots).
 pub(crate) const MAX_SLOTS: usize = 4096;
 
 /// Queries in flight, counted by the slot in which they arrived.
@@ -89,6 +91,18 @@ impl InFlightAges {
         }
         let end_of_first = (self.first + 1).saturating_mul(SLOT);
         now.as_nanos().saturating_sub(end_of_first)
+    }
+
+    /// How long the oldest query in flight that arrived at or after `since` (in the same slot or
+    /// later; any query when `since` is None) has waited at `now`, rounded down to the slot;
+    /// None when there is no such query.
+    pub(crate) fn oldest_age_since(&self, since: Option<Time>, now: Time) -> Option<u64> {
+        let skip = since.map_or(0, |t| (t.as_nanos() / SLOT).saturating_sub(self.first));
+        let skip = usize::try_from(skip).unwrap_or(usize::MAX);
+        let offset = self.counts.iter().skip(skip).position(|&count| count > 0)?;
+        let slot = self.first + (skip + offset) as u64;
+        let end = (slot + 1).saturating_mul(SLOT);
+        Some(now.as_nanos().saturating_sub(end))
     }
 
     /// Queries counted in flight.
@@ -167,11 +181,36 @@ mod tests {
         }
         assert!(ages.slots() <= MAX_SLOTS);
         assert_eq!(ages.len(), 1);
+        // The stuck query was merged into the oldest slot kept, 4095 slots before the last
+        // arrival at 19 999 ms: a lower bound on its true 20 s.
         let age = ages.oldest_age_nanos(ms(20_000));
-        assert!(age <= 20_000 * SLOT, "never overstated: {age}");
-        assert!(age >= (MAX_SLOTS as u64 - 1) * SLOT, "still long: {age}");
+        assert_eq!(age, (MAX_SLOTS as u64 - 1) * SLOT);
         ages.leave(ms(0));
         assert_eq!(ages.len(), 0);
+    }
+
+    #[test]
+    fn age_since_skips_the_queries_that_arrived_before() {
+        let mut ages = InFlightAges::default();
+        ages.arrive(ms(10));
+        ages.arrive(ms(40));
+        ages.arrive(ms(70));
+        assert_eq!(ages.oldest_age_since(None, ms(100)), Some(89 * SLOT));
+        assert_eq!(
+            ages.oldest_age_since(Some(ms(10)), ms(100)),
+            Some(89 * SLOT)
+        );
+        assert_eq!(
+            ages.oldest_age_since(Some(ms(11)), ms(100)),
+            Some(59 * SLOT)
+        );
+        assert_eq!(
+            ages.oldest_age_since(Some(ms(50)), ms(100)),
+            Some(29 * SLOT)
+        );
+        assert_eq!(ages.oldest_age_since(Some(ms(71)), ms(100)), None);
+        assert_eq!(ages.oldest_age_since(Some(ms(5)), ms(100)), Some(89 * SLOT));
+        assert_eq!(InFlightAges::default().oldest_age_since(None, ms(1)), None);
     }
 
     #[test]

@@ -10,14 +10,6 @@ fn estimator() -> LatencyEstimator {
     LatencyEstimator::new(EstimatorConfig::default())
 }
 
-/// The paper's median alone: stale estimates never decay.
-fn median_only() -> LatencyEstimator {
-    LatencyEstimator::new(EstimatorConfig {
-        stale_half_life: Duration::ZERO,
-        ..Default::default()
-    })
-}
-
 #[test]
 fn buckets_are_exact_then_geometric_and_monotone() {
     for rif in 0..EXACT {
@@ -89,7 +81,7 @@ fn uses_only_the_window_when_recent_samples_suffice() {
 
 #[test]
 fn falls_back_to_the_newest_samples_at_low_rates() {
-    let mut est = median_only();
+    let mut est = estimator();
     for i in 0..16 {
         est.record(1, ms(10), Time::from_secs(i));
     }
@@ -102,7 +94,7 @@ fn falls_back_to_the_newest_samples_at_low_rates() {
 
 #[test]
 fn fewer_samples_than_wanted_are_all_used() {
-    let mut est = median_only();
+    let mut est = estimator();
     est.record(0, ms(2), Time::ZERO);
     est.record(9, ms(4), Time::ZERO);
     est.record(40, ms(12), Time::ZERO);
@@ -292,7 +284,6 @@ fn config_errors_name_the_key() {
 fn min_samples_changes_the_low_rate_fallback() {
     let config = EstimatorConfig {
         min_samples: 4,
-        stale_half_life: Duration::ZERO,
         ..Default::default()
     };
     let mut est = LatencyEstimator::new(config);
@@ -371,11 +362,11 @@ mod properties {
                 if op == 0 {
                     est.record(rif, Duration::from_micros(latency_us), now);
                 } else {
-                    let fresh = est
-                        .compute(bucket_of(rif), now.as_nanos())
-                        .0
-                        .map(|nanos| est.decay_if_idle(nanos, now.as_nanos()));
-                    let answer = est.estimate(rif, now).map(|d| d.as_nanos() as u64);
+                    let fresh = est.compute(bucket_of(rif), now.as_nanos()).0;
+                    let answer = est.estimate_with_max(rif, now).map(|(median, max)| Estimate {
+                        median: median.as_nanos() as u64,
+                        max: max.as_nanos() as u64,
+                    });
                     prop_assert_eq!(answer, fresh, "rif {} at {:?}", rif, now);
                 }
             }
@@ -387,7 +378,7 @@ mod properties {
 /// at RIF 1 to 10 just now, must not report its old speed when its RIF falls back to 0.
 #[test]
 fn stale_samples_at_the_current_rif_do_not_hide_a_fresh_slowdown() {
-    let mut est = median_only();
+    let mut est = estimator();
     for i in 0..32 {
         est.record(0, ms(167), Time::from_millis(i * 10));
     }
@@ -410,64 +401,122 @@ fn max_age_below_window_is_rejected() {
     assert_eq!(config.validate().map_err(|e| e.key), Err("max_age"));
 }
 
-#[test]
-fn a_stalled_query_raises_the_report_before_it_finishes() {
-    let mut tracker = LoadTracker::new(EstimatorConfig::default());
-    // A steady history of 10 ms queries.
+/// A tracker that has seen 50 queries alternating between 5 and 15 ms, one every 20 ms (all
+/// at RIF 0), the last arriving at 980 ms and finishing at 995 ms: median 10 ms, slowest
+/// sample 15 ms.
+fn steady(config: EstimatorConfig) -> LoadTracker {
+    let mut tracker = LoadTracker::new(config);
     for i in 0..50 {
+        let arrival = tracker.on_arrival(Time::from_millis(i * 20));
+        let latency = if i % 2 == 0 { 5 } else { 15 };
+        tracker.on_finish(
+            arrival,
+            Outcome::Success,
+            Time::from_millis(i * 20 + latency),
+        );
+    }
+    tracker
+}
+
+#[test]
+fn a_stall_raises_the_report_before_its_first_query_finishes() {
+    let mut tracker = steady(EstimatorConfig::default());
+    assert_eq!(tracker.report(Time::from_millis(1_000)).latency, ms(10));
+    // From 1 s on, nothing that arrives finishes.
+    let stuck: Vec<Arrival> = (50..60)
+        .map(|i| tracker.on_arrival(Time::from_millis(i * 20)))
+        .collect();
+    // Not yet longer than the slowest sample: the median alone.
+    assert_eq!(tracker.report(Time::from_millis(1_010)).latency, ms(10));
+    // The oldest stuck query (arrived at 1000 ms) has waited 299 ms at 1300 ms (ages count from
+    // the end of the arrival's millisecond): the report grows by the 284 ms it outlasts the
+    // slowest sample, to 10 + 284 ms.
+    let now = Time::from_millis(1_300);
+    assert_eq!(tracker.stalled_for(now), Some(ms(299)));
+    assert_eq!(tracker.report(now).latency, ms(294));
+    for arrival in stuck {
+        tracker.on_abandon(arrival);
+    }
+    assert_eq!(tracker.rif(), 0);
+    assert_eq!(tracker.stalled_for(now), None);
+    assert_eq!(tracker.report(now).latency, ms(10));
+}
+
+#[test]
+fn a_long_query_overtaken_by_later_ones_is_not_a_stall() {
+    let mut tracker = LoadTracker::new(EstimatorConfig::default());
+    // A streamed response held open for a minute, while the replica serves 10 ms queries.
+    let stream = tracker.on_arrival(Time::ZERO);
+    for i in 1..6000 {
         let arrival = tracker.on_arrival(Time::from_millis(i * 10));
         tracker.on_finish(arrival, Outcome::Success, Time::from_millis(i * 10 + 10));
     }
-    assert_eq!(tracker.report(Time::from_millis(500)).latency, ms(10));
-    // Then a query that does not come back.
-    let stuck = tracker.on_arrival(Time::from_millis(500));
-    assert_eq!(tracker.report(Time::from_millis(505)).latency, ms(10));
-    assert_eq!(tracker.report(Time::from_millis(800)).latency, ms(299));
-    tracker.on_abandon(stuck);
+    let now = Time::from_secs(60);
+    // The stream's age, a lower bound once it is older than the slots kept (about 4 s).
+    assert!(tracker.oldest_in_flight_age(now) >= ms(4_000));
+    assert_eq!(tracker.stalled_for(now), None);
+    assert_eq!(tracker.report(now).latency, ms(10));
+    tracker.on_finish(stream, Outcome::Success, now);
     assert_eq!(tracker.rif(), 0);
-    assert_eq!(tracker.report(Time::from_millis(800)).latency, ms(10));
 }
 
 #[test]
 fn without_the_floor_a_stall_stays_invisible_until_it_finishes() {
-    let config = EstimatorConfig {
+    let mut tracker = steady(EstimatorConfig {
         in_flight_floor: false,
         ..Default::default()
-    };
-    let mut tracker = LoadTracker::new(config);
-    for i in 0..50 {
-        let arrival = tracker.on_arrival(Time::from_millis(i * 10));
-        tracker.on_finish(arrival, Outcome::Success, Time::from_millis(i * 10 + 10));
-    }
-    let _stuck = tracker.on_arrival(Time::from_millis(500));
-    assert_eq!(tracker.report(Time::from_millis(800)).latency, ms(10));
-    assert_eq!(
-        tracker.oldest_in_flight_age(Time::from_millis(800)),
-        ms(299)
-    );
+    });
+    let _stuck = tracker.on_arrival(Time::from_millis(1_000));
+    let now = Time::from_millis(1_300);
+    assert_eq!(tracker.report(now).latency, ms(10));
+    assert_eq!(tracker.stalled_for(now), Some(ms(299)));
 }
 
 #[test]
 fn an_idle_replica_stale_estimate_halves_every_half_life() {
+    let mut tracker = steady(EstimatorConfig::default());
+    // Fresh until max_age (1 s) past the newest sample (995 ms), then halving every 10 s.
+    assert_eq!(tracker.report(Time::from_millis(1_995)).latency, ms(10));
+    assert_eq!(tracker.report(Time::from_millis(11_995)).latency, ms(5));
+    let later = Time::from_millis(21_995);
+    assert_eq!(tracker.report(later).latency, Duration::from_micros(2_500));
+    // The first query to reach the shunned replica does not restore the stale estimate before
+    // it finishes, or the replica could only ever be tried one query at a time.
+    let arrival = tracker.on_arrival(later);
+    assert_eq!(tracker.report(later).latency, Duration::from_micros(2_500));
+    // Its finish makes the replica fresh again: no decay, and the samples from before the
+    // 21 s gap in its traffic no longer count, so the new one alone decides.
+    tracker.on_finish(arrival, Outcome::Success, later + ms(5));
+    assert_eq!(tracker.report(later + ms(6)).latency, ms(5));
+}
+
+#[test]
+fn samples_before_a_gap_in_traffic_stop_counting_once_one_follows_it() {
+    let mut est = estimator();
+    // A replica shunned after its queries took 2 s, idle for 30 s, then tried once: 170 ms.
+    for i in 0..16 {
+        est.record(0, ms(2000), Time::from_millis(i));
+    }
+    assert_eq!(est.estimate(0, Time::from_secs(30)), Some(ms(2000)));
+    est.record(0, ms(170), Time::from_secs(30));
+    assert_eq!(est.estimate(0, Time::from_secs(30) + ms(1)), Some(ms(170)));
+    // Without a gap (samples every 0.5 s at a low rate) the newest 16 of any age still decide.
     let mut est = estimator();
     for i in 0..16 {
-        est.record(0, ms(400), Time::from_millis(i));
+        est.record(0, ms(100 + i), Time::from_millis(500 * i));
     }
-    // Fresh until max_age (1 s) past the newest sample, then halving every 10 s.
-    assert_eq!(est.estimate(0, Time::from_millis(1_015)), Some(ms(400)));
-    assert_eq!(est.estimate(0, Time::from_millis(11_015)), Some(ms(200)));
-    assert_eq!(est.estimate(0, Time::from_millis(21_015)), Some(ms(100)));
-    // One new sample makes the replica fresh again: no decay.
-    est.record(0, ms(400), Time::from_millis(21_015));
-    assert_eq!(est.estimate(0, Time::from_millis(21_016)), Some(ms(400)));
+    assert_eq!(
+        est.estimate(0, Time::from_secs(60)),
+        Some(Duration::from_micros(107_500))
+    );
 }
 
 #[test]
 fn a_zero_half_life_keeps_the_stale_estimate() {
-    let mut est = LatencyEstimator::new(EstimatorConfig {
+    let tracker = steady(EstimatorConfig {
         stale_half_life: Duration::ZERO,
         ..Default::default()
     });
-    est.record(0, ms(400), Time::ZERO);
-    assert_eq!(est.estimate(0, Time::from_secs(3600)), Some(ms(400)));
+    assert_eq!(tracker.report(Time::from_secs(3600)).latency, ms(10));
+    assert_eq!(tracker.estimator().stale_factor(Time::from_secs(3600)), 1.0);
 }
