@@ -366,7 +366,11 @@ impl LatencyEstimator {
             buf[..newest.len()].copy_from_slice(newest);
             let samples = &mut buf[..newest.len()];
             samples.sort_unstable_by_key(|s| std::cmp::Reverse(s.at));
-            let gap = duration_nanos(self.config.max_age + self.config.stale_half_life);
+            let gap = duration_nanos(
+                self.config
+                    .max_age
+                    .saturating_add(self.config.stale_half_life),
+            );
             gathered = (1..samples.len())
                 .find(|&i| samples[i - 1].at - samples[i].at > gap)
                 .unwrap_or(samples.len());
@@ -624,7 +628,7 @@ impl LoadTracker {
             // A query stuck for longer than any recent query took is a stall the median cannot
             // see yet: the report grows by as much as that query outlasts them.
             let stalled_for = self.stalled_for(now).unwrap_or_default();
-            latency += stalled_for.saturating_sub(max);
+            latency = latency.saturating_add(stalled_for.saturating_sub(max));
         }
         LoadReport {
             rif,
