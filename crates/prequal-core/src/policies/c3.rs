@@ -50,6 +50,8 @@ pub struct Config {
     pub probe_rate: f64,
     /// Most replies in the pool (m), default 16.
     pub pool_size: u32,
+    /// Largest share of the replicas the pool may cover, default 1.0 (the paper's pool).
+    pub pool_share: f64,
     /// Age limit of a reply, default 1 s.
     #[serde(with = "humantime_serde")]
     pub max_age: Duration,
@@ -76,6 +78,7 @@ impl Default for Config {
             clients: 1,
             probe_rate: params::PROBE_RATE,
             pool_size: params::POOL_SIZE,
+            pool_share: params::POOL_SHARE,
             max_age: params::MAX_AGE,
             delta: params::DELTA,
             remove_rate: params::REMOVE_RATE,
@@ -92,6 +95,7 @@ impl Config {
         ProbingParams {
             probe_rate: self.probe_rate,
             pool_size: self.pool_size,
+            pool_share: self.pool_share,
             max_age: self.max_age,
             delta: self.delta,
             remove_rate: self.remove_rate,
@@ -119,6 +123,7 @@ impl BuildPolicy for Config {
             },
             params::PROBE_RATE_DOC,
             params::POOL_SIZE_DOC,
+            params::POOL_SHARE_DOC,
             params::MAX_AGE_DOC,
             params::DELTA_DOC,
             params::REMOVE_RATE_DOC,

@@ -10,7 +10,10 @@
 //!   one probe every `max_idle` (default 100 ms, a tenth of the age limit, so about ten fresh
 //!   replies survive an idle spell). Probes time out after `probe_timeout` (default 3 ms).
 //! - **Pool.** At most `pool_size` replies (m = 16), oldest evicted first, none older than
-//!   `max_age` (1 s). Each reply may be used b_reuse = max{1, (1+δ)/((1 − m/n)·r_probe −
+//!   `max_age` (1 s). Our addition, off by default: `pool_share` below 1 caps the pool at that
+//!   share of the replicas (rounded up, at least 2), so that in a small cluster clients keep
+//!   choosing among a changing subset instead of all piling onto the one lowest-latency replica
+//!   ([`params::pool_capacity`]). Each reply may be used b_reuse = max{1, (1+δ)/((1 − m/n)·r_probe −
 //!   r_remove)} times (δ = `delta`, default 1; randomly rounded per reply; capped at m, which is
 //!   also the value when the denominator is ≤ 0, see [`probing::b_reuse`]). Using a reply adds
 //!   one to its RIF, accounting for the query this client just sent there.
@@ -36,7 +39,7 @@
 //!
 //! let mut policy = Config::default().build();
 //! let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
-//! for id in 0..4 {
+//! for id in 0..8 {
 //!     policy.on_replica_change(ReplicaChange::Insert(ReplicaId(id)), Time::ZERO);
 //! }
 //! let query = Query { id: QueryId(1), hint: None };
@@ -91,6 +94,8 @@ pub struct Config {
     pub probe_rate: f64,
     /// Most replies in the pool (m), default 16.
     pub pool_size: u32,
+    /// Largest share of the replicas the pool may cover, default 1.0 (the paper's pool).
+    pub pool_share: f64,
     /// Age limit of a reply, default 1 s.
     #[serde(with = "humantime_serde")]
     pub max_age: Duration,
@@ -118,6 +123,7 @@ impl Default for Config {
         Self {
             probe_rate: params::PROBE_RATE,
             pool_size: params::POOL_SIZE,
+            pool_share: params::POOL_SHARE,
             max_age: params::MAX_AGE,
             delta: params::DELTA,
             remove_rate: params::REMOVE_RATE,
@@ -136,6 +142,7 @@ impl Config {
         ProbingParams {
             probe_rate: self.probe_rate,
             pool_size: self.pool_size,
+            pool_share: self.pool_share,
             max_age: self.max_age,
             delta: self.delta,
             remove_rate: self.remove_rate,
@@ -172,6 +179,7 @@ impl BuildPolicy for Config {
         params: &[
             params::PROBE_RATE_DOC,
             params::POOL_SIZE_DOC,
+            params::POOL_SHARE_DOC,
             params::MAX_AGE_DOC,
             params::DELTA_DOC,
             params::REMOVE_RATE_DOC,

@@ -92,6 +92,14 @@ impl Pool {
         self.entries.iter()
     }
 
+    /// Changes the capacity (at least one); when it shrinks, the oldest replies leave first.
+    pub fn set_capacity(&mut self, capacity: usize) {
+        self.capacity = capacity.max(1);
+        while self.entries.len() > self.capacity {
+            self.entries.pop_front();
+        }
+    }
+
     /// The reply at `index` (0 = oldest).
     pub fn get(&self, index: usize) -> Option<&Entry> {
         self.entries.get(index)

@@ -22,7 +22,7 @@ use rand::RngCore;
 use rand::seq::index::sample;
 
 use super::aversion::{ReplicaLoad, random_replica};
-pub use super::params::{ProbingParams, b_reuse, validate_aversion};
+pub use super::params::{ProbingParams, b_reuse, pool_capacity, validate_aversion};
 use super::pool::{Entry, Pool};
 use crate::policy::{
     Completion, LoadReport, Pick, Policy, PoolEntryView, ProbeId, ProbeRequest, Query, ReplicaView,
@@ -284,10 +284,13 @@ impl<R: Rule> AsyncProbing<R> {
         }
     }
 
+    /// Resizes the pool for the current replica count and recomputes b_reuse with that size.
     fn recompute_b_reuse(&mut self) {
         let p = &self.params;
+        let capacity = pool_capacity(p, self.replicas.len());
+        self.pool.set_capacity(capacity as usize);
         self.b_reuse = b_reuse(
-            p.pool_size,
+            capacity,
             self.replicas.len(),
             p.probe_rate,
             p.remove_rate,
@@ -454,7 +457,10 @@ impl<R: Rule> Policy for AsyncProbing<R> {
                 avoided: load.avoided(now, &self.params.aversion),
             })
             .collect();
-        let mut values = vec![("b_reuse", self.b_reuse)];
+        let mut values = vec![
+            ("b_reuse", self.b_reuse),
+            ("pool_capacity", self.pool.capacity() as f64),
+        ];
         values.extend(self.rule.values(&cx));
         Snapshot {
             policy: R::NAME,

@@ -125,6 +125,7 @@ fn choose_with(q_rif: f64, replies: &[(u32, u64)]) -> ReplicaId {
     let config = Config {
         q_rif,
         remove_rate: 0.0,
+        pool_share: 1.0,
         ..Config::default()
     };
     let mut p = policy(&config, replies.len() as u32);
@@ -167,10 +168,54 @@ fn fewer_than_two_replies_falls_back_to_random() {
 }
 
 #[test]
+fn a_pool_share_below_one_caps_the_pool_in_small_clusters() {
+    let capacity = |config: &Config, n: usize| super::params::pool_capacity(&config.probing(), n);
+    let paper = Config::default();
+    assert_eq!(
+        capacity(&paper, 6),
+        16,
+        "the paper's m, whatever the replica count"
+    );
+    let half = Config {
+        pool_share: 0.5,
+        ..Config::default()
+    };
+    assert_eq!(capacity(&half, 0), 16);
+    assert_eq!(capacity(&half, 1), 2, "at least two");
+    assert_eq!(capacity(&half, 6), 3);
+    assert_eq!(capacity(&half, 11), 6, "rounded up");
+    assert_eq!(capacity(&half, 100), 16, "the paper's m with many replicas");
+    // The policy resizes its pool as replicas come and go, oldest replies leaving first.
+    let mut p = policy(&half, 6);
+    let mut rng = rng(2);
+    for id in 0..6 {
+        p.on_probe_reply(
+            &probe(id),
+            &report(1, 5),
+            Time::from_millis(id.into()),
+            &mut rng,
+        );
+    }
+    assert_eq!(p.pool().capacity(), 3);
+    assert_eq!(p.pool().len(), 3);
+    for id in 6..10 {
+        p.on_replica_change(ReplicaChange::Insert(ReplicaId(id)), Time::from_millis(7));
+    }
+    assert_eq!(p.pool().capacity(), 5);
+    let bad = Config {
+        pool_share: 0.0,
+        ..Config::default()
+    };
+    let err = bad.validate().expect_err("pool_share 0");
+    assert!(err.to_string().contains("pool_share"), "{err}");
+}
+
+#[test]
 fn removals_alternate_oldest_and_worst() {
     let config = Config {
         q_rif: 1.0,
         probe_rate: 0.001,
+        pool_share: 1.0,
         ..Config::default()
     };
     let mut p = policy(&config, 6);
@@ -326,6 +371,7 @@ fn same_seed_same_decisions() {
 fn snapshot_shows_pool_hot_flags_and_threshold() {
     let config = Config {
         q_rif: 0.5,
+        pool_share: 1.0,
         ..Config::default()
     };
     let mut p = policy(&config, 4);
