@@ -23,9 +23,9 @@
 //! any RIF, however old, back to the first gap longer than `max_age + stale_half_life` in the
 //! replica's traffic (a replica that clients shunned for a long while is judged by the queries
 //! it served after the gap, not by those before it); and once the replica has had no fresh
-//! sample at all, that
-//! stale estimate halves every [`EstimatorConfig::stale_half_life`] (default 10 s),
-//! so a replica that clients shun for being slow is tried again eventually instead of never.
+//! sample at all, that stale estimate halves every [`EstimatorConfig::stale_half_life`]
+//! (default 10 s), so a replica that clients shun for being slow is tried again eventually
+//! instead of never.
 //!
 //! Two signals go beyond the paper's median, each with a key to turn it off. The stale decay
 //! above is one. The other is the **in-flight floor** ([`EstimatorConfig::in_flight_floor`]):

@@ -11,9 +11,9 @@
 //!   (when there are at most 12 runs).
 //!
 //! Titles say whether the numbers are simulated or live; a live run's simulated prediction, when
-//! it has one, is drawn dashed in the run's colour on the latency-percentile plot, once per core
-//! policy (runs that simulate alike, such as HAProxy's `leastconn` and prequal's least-loaded,
-//! share the colour of the first of them).
+//! it has one, is drawn dashed in the run's colour on the latency-percentile plot, once per
+//! distinct prediction (runs that simulate alike, such as HAProxy's `leastconn` and prequal's
+//! least-loaded, share the colour of the first of them).
 //!
 //! Text is rendered with a font embedded in the binary (Ubuntu Light from the
 //! `epaint_default_fonts` crate) registered with plotters' ab_glyph backend, so plots build on
@@ -218,9 +218,9 @@ fn latency_percentile<DB: DrawingBackend>(
             .map(|&(p, ms)| (1.0 / (1.0 - p / 100.0).max(1e-4), ms))
             .collect()
     };
-    // Contenders with the same core policy (a prequal proxy's least-loaded and HAProxy's
-    // leastconn, say) share one simulated prediction: draw and label each prediction once.
-    let mut predicted_policies: Vec<&str> = Vec::new();
+    // Contenders simulated alike (a prequal proxy's least-loaded and HAProxy's leastconn, say)
+    // have identical predictions: draw and label each distinct prediction once.
+    let mut predicted: Vec<&[(f64, f64)]> = Vec::new();
     for (i, r) in report.runs.iter().enumerate() {
         let c = color(i);
         let points = curve_points(&r.output.measured.latency_curve);
@@ -230,9 +230,9 @@ fn latency_percentile<DB: DrawingBackend>(
             .label(run_name(r))
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
         if let Some(p) = &r.predicted
-            && !predicted_policies.contains(&p.policy.as_str())
+            && !predicted.contains(&p.measured.latency_curve.as_slice())
         {
-            predicted_policies.push(&p.policy);
+            predicted.push(&p.measured.latency_curve);
             let points = curve_points(&p.measured.latency_curve);
             chart
                 .draw_series(DashedLineSeries::new(points, 6, 4, c.stroke_width(1)))

@@ -86,11 +86,7 @@ impl InFlightAges {
     /// How long the oldest query in flight has waited at `now`, rounded down to the slot; zero
     /// when nothing is in flight.
     pub(crate) fn oldest_age_nanos(&self, now: Time) -> u64 {
-        if self.counts.is_empty() {
-            return 0;
-        }
-        let end_of_first = (self.first + 1).saturating_mul(SLOT);
-        now.as_nanos().saturating_sub(end_of_first)
+        self.oldest_age_since(None, now).unwrap_or(0)
     }
 
     /// How long the oldest query in flight that arrived at or after `since` (in the same slot or
