@@ -93,13 +93,7 @@ pub fn run(args: &Args) -> Result<()> {
         out.display(),
         written.len()
     )?;
-    if report.interrupted {
-        anyhow::bail!(
-            "interrupted: the report holds the {} contender(s) that finished",
-            report.report.runs.len()
-        );
-    }
-    Ok(())
+    crate::experiment::fail_if_interrupted(&report)
 }
 
 /// The same comparison in the simulator, on a 30 s schedule.

@@ -72,6 +72,12 @@ pub fn run(args: &Args) -> Result<()> {
         options.out.display(),
         written.len()
     );
+    fail_if_interrupted(&report)
+}
+
+/// An error when SIGINT or SIGTERM cut `report` short (call it after writing the report, so the
+/// contenders that finished are kept and the command still exits with a failure).
+pub fn fail_if_interrupted(report: &ExperimentReport) -> Result<()> {
     if report.interrupted {
         bail!(
             "interrupted: the report holds the {} contender(s) that finished",

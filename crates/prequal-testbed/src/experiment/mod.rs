@@ -332,18 +332,16 @@ pub fn run(
         );
         // One contender failing to start (a balancer rejecting its config, say) is reported
         // and the others still run; an interruption ends the experiment, keeping what finished.
+        // A run that the signal cut short (the load generator stops and reports what it has)
+        // is not comparable with the others: it is left out.
+        if interrupted.load(Ordering::Relaxed)
+            || matches!(outcome, Err(ExperimentError::Interrupted))
+        {
+            cut_at = Some(index);
+            break;
+        }
         let (mut result, record) = match outcome {
-            // A run that the signal cut short (the load generator stops and reports what it
-            // has) is not comparable with the others: it is left out.
-            Ok(_) if interrupted.load(Ordering::Relaxed) => {
-                cut_at = Some(index);
-                break;
-            }
             Ok(done) => done,
-            Err(ExperimentError::Interrupted) => {
-                cut_at = Some(index);
-                break;
-            }
             Err(e) => {
                 let reason = format!("failed: {e}");
                 on_event(Event::Failed {
