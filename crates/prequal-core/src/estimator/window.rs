@@ -6,6 +6,7 @@
 //! `SLOTS - 1` before it: a window that slides in steps of one slot, which is precise enough for
 //! the qps and error rate a replica reports.
 
+use std::cell::Cell;
 use std::time::Duration;
 
 use crate::time::{Time, duration_nanos};
@@ -27,6 +28,9 @@ struct Slot {
 pub(crate) struct WindowedCounter {
     slot_nanos: u64,
     slots: [Slot; SLOTS as usize],
+    /// The last sum computed and the epoch it was for, until the next `add`: a replica is
+    /// probed several times between two finishes, and the sum only changes when either does.
+    cached: Cell<Option<(u64, u64)>>,
 }
 
 impl WindowedCounter {
@@ -38,6 +42,7 @@ impl WindowedCounter {
                 epoch: EMPTY,
                 count: 0,
             }; SLOTS as usize],
+            cached: Cell::new(None),
         }
     }
 
@@ -53,17 +58,26 @@ impl WindowedCounter {
             *slot = Slot { epoch, count: 0 };
         }
         slot.count = slot.count.saturating_add(n);
+        self.cached.set(None);
     }
 
     /// Events counted in the window that ends at `now`.
     pub(crate) fn sum(&self, now: Time) -> u64 {
         let current = self.epoch(now);
-        self.slots
+        if let Some((epoch, sum)) = self.cached.get()
+            && epoch == current
+        {
+            return sum;
+        }
+        let sum = self
+            .slots
             .iter()
             // A slot from the future (time went backwards) is ignored like an expired one.
             .filter(|s| s.epoch != EMPTY && s.epoch <= current && current - s.epoch < SLOTS)
             .map(|s| s.count)
-            .fold(0, u64::saturating_add)
+            .fold(0, u64::saturating_add);
+        self.cached.set(Some((current, sum)));
+        sum
     }
 
     /// The length of time [`WindowedCounter::sum`] covers at `now`: the full slots before the
