@@ -15,7 +15,7 @@
 //! simulator, elapsed real time in the live backend) and asks [`CpuModel::next_completion`]
 //! when to come back.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
 
 use prequal_core::Time;
@@ -54,8 +54,12 @@ pub struct CpuModel {
     per_job_cores: f64,
     attained: f64,
     last: Time,
-    /// Jobs in flight, ordered by finish tag, then arrival.
+    /// Jobs in flight, ordered by finish tag, then arrival (with `overhead`: both together).
     jobs: BTreeSet<JobId>,
+    /// Overhead jobs whose tags came in non-decreasing order, oldest first. Probes all cost
+    /// the same, so their finish tags grow with arrival and almost all of them live here: a
+    /// push and a pop at the ends instead of two operations on the ordered set.
+    overhead: VecDeque<JobId>,
     next_id: u64,
     busy_core_nanos: f64,
 }
@@ -93,6 +97,7 @@ impl CpuModel {
             attained: 0.0,
             last: Time::ZERO,
             jobs: BTreeSet::new(),
+            overhead: VecDeque::new(),
             next_id: 0,
             busy_core_nanos: 0.0,
         }
@@ -105,12 +110,30 @@ impl CpuModel {
 
     /// Jobs in flight.
     pub fn in_flight(&self) -> usize {
-        self.jobs.len()
+        self.jobs.len() + self.overhead.len()
+    }
+
+    /// The job that finishes first (smallest finish tag, then arrival).
+    fn first(&self) -> Option<JobId> {
+        match (self.jobs.first(), self.overhead.front()) {
+            (Some(&a), Some(&b)) => Some(a.min(b)),
+            (a, b) => a.or(b).copied(),
+        }
+    }
+
+    /// Removes the job [`CpuModel::first`] returns.
+    fn pop_first(&mut self) -> Option<JobId> {
+        let first = self.first()?;
+        if self.overhead.front() == Some(&first) {
+            self.overhead.pop_front()
+        } else {
+            self.jobs.pop_first()
+        }
     }
 
     /// Work per nanosecond each job receives at the current occupancy.
     fn rate(&self) -> f64 {
-        let n = self.jobs.len();
+        let n = self.in_flight();
         if n == 0 {
             0.0
         } else {
@@ -132,13 +155,13 @@ impl CpuModel {
         let dt = now.saturating_since(self.last).as_nanos() as f64;
         let rate = self.rate();
         self.attained += rate * dt;
-        self.busy_core_nanos += rate * dt * self.jobs.len() as f64;
+        self.busy_core_nanos += rate * dt * self.in_flight() as f64;
         self.last = now;
     }
 
     /// When the next job finishes at the current capacity, if any job can finish.
     pub fn next_completion(&self) -> Option<Time> {
-        let tag = self.jobs.first()?.tag;
+        let tag = self.first()?.tag;
         let rate = self.rate();
         if rate <= 0.0 {
             return None;
@@ -159,14 +182,17 @@ impl CpuModel {
     /// observable happens when an overhead job finishes, so a simulator need not schedule those
     /// wake-ups.
     pub fn next_awaited_completion(&self) -> Option<Time> {
-        let first = self.jobs.first()?;
+        let first = self.first()?;
         if !first.overhead {
             return self.next_completion();
         }
         let (mut attained, mut last) = (self.attained, self.last);
         let mut last_at = self.last;
-        let mut left = self.jobs.len();
-        let mut jobs = self.jobs.iter().peekable();
+        let mut left = self.in_flight();
+        let mut jobs = Merged {
+            a: self.jobs.iter().peekable(),
+            b: self.overhead.iter().peekable(),
+        };
         for _ in 0..LOOKAHEAD {
             let tag = f64::from_bits(jobs.peek()?.tag);
             let rate = self.per_job_cores.min(self.cores / left as f64);
@@ -210,11 +236,11 @@ impl CpuModel {
     }
 
     fn pop_finished(&mut self, done: &mut Vec<JobId>) {
-        while let Some(&id) = self.jobs.first() {
+        while let Some(id) = self.first() {
             if f64::from_bits(id.tag) > self.attained + EPSILON_WORK {
                 break;
             }
-            self.jobs.pop_first();
+            self.pop_first();
             done.push(id);
         }
     }
@@ -240,13 +266,23 @@ impl CpuModel {
             overhead,
         };
         self.next_id += 1;
-        self.jobs.insert(id);
+        if overhead && self.overhead.back().is_none_or(|&last| last < id) {
+            self.overhead.push_back(id);
+        } else {
+            self.jobs.insert(id);
+        }
         id
     }
 
     /// Removes a job before it finished (its query timed out). Returns false if unknown.
     pub fn cancel(&mut self, now: Time, job: JobId, done: &mut Vec<JobId>) -> bool {
         self.advance(now, done);
+        if job.overhead
+            && let Some(i) = self.overhead.iter().position(|&j| j == job)
+        {
+            self.overhead.remove(i);
+            return true;
+        }
         self.jobs.remove(&job)
     }
 
@@ -254,6 +290,35 @@ impl CpuModel {
     pub fn set_cores(&mut self, now: Time, cores: f64, done: &mut Vec<JobId>) {
         self.advance(now, done);
         self.cores = cores.max(0.0);
+    }
+}
+
+/// Two ascending sequences of jobs walked as one, smallest first.
+struct Merged<A: Iterator, B: Iterator> {
+    a: std::iter::Peekable<A>,
+    b: std::iter::Peekable<B>,
+}
+
+impl<'a, A, B> Merged<A, B>
+where
+    A: Iterator<Item = &'a JobId>,
+    B: Iterator<Item = &'a JobId>,
+{
+    fn peek(&mut self) -> Option<&'a JobId> {
+        match (self.a.peek().copied(), self.b.peek().copied()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The next job, if `pred` holds for it.
+    fn next_if(&mut self, pred: impl Fn(&JobId) -> bool) -> Option<&'a JobId> {
+        let next = self.peek().filter(|j| pred(j))?;
+        if self.a.peek() == Some(&next) {
+            self.a.next()
+        } else {
+            self.b.next()
+        }
     }
 }
 
@@ -391,6 +456,42 @@ mod tests {
         cpu.set_cores(Time::from_millis(100), 1.0, &mut done);
         cpu.advance(Time::from_secs(1), &mut done);
         assert_eq!(done, vec![a]);
+        assert_eq!(cpu.in_flight(), 0);
+    }
+
+    #[test]
+    fn overhead_out_of_order_and_cancelled_still_finish_by_tag() {
+        // All at once on one core, so each job finishes in order of its work: the shrinking
+        // overhead costs land in the ordered set, the growing ones at the deque's end.
+        let mut cpu = CpuModel::new(1.0, 1.0);
+        let mut done = Vec::new();
+        let costs = [
+            (4, true),
+            (6, true),
+            (3, true),
+            (5, false),
+            (8, true),
+            (1, true),
+        ];
+        let ids: Vec<JobId> = costs
+            .iter()
+            .map(|&(work, overhead)| match overhead {
+                true => cpu.arrive_overhead(Time::ZERO, ms(work), &mut done),
+                false => cpu.arrive(Time::ZERO, ms(work), &mut done),
+            })
+            .collect();
+        assert!(cpu.cancel(Time::ZERO, ids[1], &mut done));
+        assert!(!cpu.cancel(Time::ZERO, ids[1], &mut done));
+        assert_eq!(cpu.in_flight(), 5);
+        // Five jobs share the core: the 1 ms one finishes after 5 ms.
+        assert_eq!(cpu.next_completion(), Some(Time::from_millis(5)));
+        // The first non-overhead job (5 ms of work) is the awaited one.
+        let awaited = cpu.next_awaited_completion();
+        cpu.advance(Time::from_secs(1), &mut done);
+        let order: Vec<JobId> = [5, 2, 0, 3, 4].iter().map(|&i| ids[i]).collect();
+        assert_eq!(done, order);
+        // Shared by 5, 4, 3 then 2 jobs, the 5 ms job ends at 5 + 4*2 + 3*1 + 2*1 = 18 ms.
+        assert_eq!(awaited, Some(Time::from_millis(18)));
         assert_eq!(cpu.in_flight(), 0);
     }
 }
