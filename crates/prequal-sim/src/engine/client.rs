@@ -27,13 +27,23 @@ struct Slot {
     report: Option<prequal_core::LoadReport>,
 }
 
+/// A probe on its way: the request, the network delay its reply will take (drawn when it is
+/// sent, so the client knows at once whether it can time out), and the replica's report once
+/// computed.
+#[derive(Clone, Copy, Debug)]
+struct PendingProbe {
+    request: ProbeRequest,
+    reply_delay: Duration,
+    report: Option<prequal_core::LoadReport>,
+}
+
 /// A balancing client: its policy, its RNG, its queries and probes in flight.
 pub(super) struct Client {
     pub(super) policy: Box<dyn Policy>,
     rng: SmallRng,
     slots: Vec<Slot>,
     free: Vec<u32>,
-    probes: IdMap<u64, (ProbeRequest, Option<prequal_core::LoadReport>)>,
+    probes: IdMap<u64, PendingProbe>,
     timer: Option<Time>,
     deadlines: Expiries,
     probe_timeouts: Expiries,
@@ -262,19 +272,30 @@ impl Sim<'_> {
                 break;
             };
             let timeout = client.policy.probe_timeout();
-            client.probes.insert(probe.id.0, (probe, None));
-            let at = now + self.delay(true);
+            let (out, back) = (self.delay(true), self.delay(true));
             let (server, id) = (probe.replica.0, probe.id.0);
+            let client = &mut self.clients[c as usize];
+            client.probes.insert(
+                id,
+                PendingProbe {
+                    request: probe,
+                    reply_delay: back,
+                    report: None,
+                },
+            );
             self.queue.push(
-                at,
+                now + out,
                 Event::ProbeAtServer {
                     client: c,
                     server,
                     probe: id,
                 },
             );
+            // Replicas answer every probe, so a reply due before the timeout cannot time out:
+            // only the others need a timeout entry (which keeps its wake-ups out of the queue).
             if let Some(t) = timeout
-                && let Some(at) = self.clients[c as usize].probe_timeouts.push(now + t, id)
+                && now + out + back >= now + t
+                && let Some(at) = client.probe_timeouts.push(now + t, id)
             {
                 self.queue.push(at, Event::ProbeTimeout(c));
             }
@@ -316,8 +337,8 @@ impl Sim<'_> {
         report: prequal_core::LoadReport,
     ) {
         if let Some(entry) = self.clients[c as usize].probes.get_mut(&probe) {
-            entry.1 = Some(report);
-            let at = self.now + self.delay(true);
+            entry.report = Some(report);
+            let at = self.now + entry.reply_delay;
             self.queue.push(at, Event::ProbeReply { client: c, probe });
         }
     }
@@ -325,7 +346,12 @@ impl Sim<'_> {
     pub(super) fn on_probe_reply(&mut self, c: u32, probe: u64) {
         let now = self.now;
         let client = &mut self.clients[c as usize];
-        if let Some((request, Some(report))) = client.probes.remove(&probe) {
+        if let Some(PendingProbe {
+            request,
+            report: Some(report),
+            ..
+        }) = client.probes.remove(&probe)
+        {
             client
                 .policy
                 .on_probe_reply(&request, &report, now, &mut client.rng);
@@ -351,8 +377,8 @@ impl Sim<'_> {
     fn on_probe_timeout(&mut self, c: u32, probe: u64) {
         let now = self.now;
         let client = &mut self.clients[c as usize];
-        if let Some((request, _)) = client.probes.remove(&probe) {
-            client.policy.on_probe_failure(&request, now);
+        if let Some(pending) = client.probes.remove(&probe) {
+            client.policy.on_probe_failure(&pending.request, now);
             self.service_client(c);
         }
     }

@@ -3,8 +3,9 @@
 //! One run simulates one contender (a policy config) under one scenario. Every client owns
 //! its own policy instance, built by the core from config, and its own seeded RNG; replicas own
 //! a [`crate::model::ReplicaModel`] and the core's [`prequal_core::LoadTracker`], which answers
-//! probes. Events sit in a [`crate::queue::EventQueue`] (FIFO among equal times), so a seed and
-//! a scenario always give the same run, event for event.
+//! probes. Events sit in a [`crate::queue::EventQueue`] (FIFO among equal times), and each
+//! replica's next CPU completion in one indexed heap (`wakes`), served before queued events of
+//! the same instant, so a seed and a scenario always give the same run, event for event.
 //!
 //! The engine drives the whole [`prequal_core::Policy`] contract: replica inserts at time zero;
 //! `pick` (and `poll_pick` for pending decisions); `on_dispatch`; `on_complete` with the
@@ -20,6 +21,7 @@
 mod client;
 mod expiry;
 mod server;
+mod wakes;
 
 use std::time::Duration;
 
@@ -34,6 +36,7 @@ use crate::queue::EventQueue;
 use crate::scenario::Compiled;
 use client::Client;
 use server::Server;
+use wakes::Wakes;
 
 /// A run could not start.
 #[derive(Debug, thiserror::Error)]
@@ -75,7 +78,6 @@ enum Event {
         client: u32,
         query: u64,
     },
-    CpuWake(u32),
     Change(u32),
     Response {
         client: u32,
@@ -114,6 +116,7 @@ struct Sim<'a> {
     end: Time,
     horizon: Time,
     queue: EventQueue<Event>,
+    wakes: Wakes,
     clients: Vec<Client>,
     servers: Vec<Server>,
     net_rng: SmallRng,
@@ -135,10 +138,31 @@ pub fn run(
 ) -> Result<RunOutput, SimError> {
     let mut sim = Sim::new(compiled, contender, load_factor)?;
     sim.start();
-    while let Some((at, event)) = sim.queue.pop() {
-        if at > sim.horizon {
-            break;
+    loop {
+        // A wake-up due no later than the next queued event goes first: completions at an
+        // instant are handled before anything else that happens then.
+        let queued = sim.queue.peek_time();
+        let wake = sim
+            .wakes
+            .peek()
+            .filter(|&(at, _)| queued.is_none_or(|q| at <= q));
+        if let Some((at, s)) = wake {
+            if at > sim.horizon {
+                break;
+            }
+            sim.now = at;
+            sim.events += 1;
+            sim.wakes.set(s, None);
+            sim.on_cpu_wake(s);
+            continue;
         }
+        match queued {
+            Some(at) if at <= sim.horizon => {}
+            _ => break,
+        }
+        let Some((at, event)) = sim.queue.pop() else {
+            break;
+        };
         sim.now = at;
         sim.events += 1;
         sim.handle(event);
@@ -190,6 +214,7 @@ impl<'a> Sim<'a> {
             end,
             horizon: end + drain + Duration::from_millis(1),
             queue: EventQueue::new(),
+            wakes: Wakes::new(servers.len()),
             clients,
             servers,
             net_rng: SmallRng::seed_from_u64(derive_seed(seed, 4, 0)),
@@ -233,7 +258,6 @@ impl<'a> Sim<'a> {
                 client,
                 query,
             } => self.on_server_done(server, slot, client, query),
-            Event::CpuWake(s) => self.on_cpu_wake(s),
             Event::Change(s) => self.on_change(s),
             Event::Response {
                 client,

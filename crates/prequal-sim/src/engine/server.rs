@@ -30,8 +30,6 @@ pub(super) struct Server {
     jobs: Vec<Job>,
     free: Vec<u32>,
     by_cpu: IdMap<JobId, u32>,
-    /// The earliest CPU wake-up in the event queue.
-    wake: Option<Time>,
     /// (time, busy core-ns) at the last two one-second ticks, older first.
     marks: [(Time, f64); 2],
 }
@@ -49,7 +47,6 @@ impl Server {
             jobs: Vec::new(),
             free: Vec::new(),
             by_cpu: IdMap::default(),
-            wake: None,
             marks: [(Time::ZERO, 0.0); 2],
         }
     }
@@ -193,28 +190,20 @@ impl Sim<'_> {
         }
         self.done = done;
         self.done.clear();
-        // Arm a wake-up only when the next completion moved earlier than the one armed: most
-        // changes (arrivals) only push completions later, and an early wake-up that finds
-        // nothing due simply re-arms. This keeps stale wake-ups out of the event queue. Probe
-        // overhead finishing changes nothing observable, so wake-ups skip past it to the next
-        // query that finishes (the CPU model steps through the overhead exactly as if woken).
-        let server = &mut self.servers[s as usize];
-        let next = server.model.cpu().and_then(|c| c.next_awaited_completion());
-        if let Some(at) = next
-            && server.wake.is_none_or(|armed| at < armed)
-        {
-            server.wake = Some(at);
-            self.queue.push(at, Event::CpuWake(s));
-        }
+        // The replica's one wake-up moves to its next completion. Probe overhead finishing
+        // changes nothing observable, so the wake-up skips past it to the next query that
+        // finishes (the CPU model steps through the overhead exactly as if woken).
+        let next = self.servers[s as usize]
+            .model
+            .cpu()
+            .and_then(|c| c.next_awaited_completion());
+        self.wakes.set(s, next);
     }
 
+    /// Replica `s`'s wake-up came due (the engine has disarmed it).
     pub(super) fn on_cpu_wake(&mut self, s: u32) {
         let now = self.now;
-        let server = &mut self.servers[s as usize];
-        if server.wake == Some(now) {
-            server.wake = None;
-        }
-        if let Some(cpu) = server.model.cpu_mut() {
+        if let Some(cpu) = self.servers[s as usize].model.cpu_mut() {
             cpu.advance(now, &mut self.done);
         }
         self.finish_cpu_jobs(s);
