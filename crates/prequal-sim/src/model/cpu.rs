@@ -15,7 +15,7 @@
 //! simulator, elapsed real time in the live backend) and asks [`CpuModel::next_completion`]
 //! when to come back.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use prequal_core::Time;
@@ -54,12 +54,8 @@ pub struct CpuModel {
     per_job_cores: f64,
     attained: f64,
     last: Time,
-    /// Jobs in flight, ordered by finish tag, then arrival (with `overhead`: both together).
+    /// Jobs in flight, ordered by finish tag, then arrival.
     jobs: BTreeSet<JobId>,
-    /// Overhead jobs whose tags came in non-decreasing order, oldest first. Probes all cost
-    /// the same, so their finish tags grow with arrival and almost all of them live here: a
-    /// push and a pop at the ends instead of two operations on the ordered set.
-    overhead: VecDeque<JobId>,
     next_id: u64,
     busy_core_nanos: f64,
 }
@@ -97,7 +93,6 @@ impl CpuModel {
             attained: 0.0,
             last: Time::ZERO,
             jobs: BTreeSet::new(),
-            overhead: VecDeque::new(),
             next_id: 0,
             busy_core_nanos: 0.0,
         }
@@ -110,30 +105,12 @@ impl CpuModel {
 
     /// Jobs in flight.
     pub fn in_flight(&self) -> usize {
-        self.jobs.len() + self.overhead.len()
-    }
-
-    /// The job that finishes first (smallest finish tag, then arrival).
-    fn first(&self) -> Option<JobId> {
-        match (self.jobs.first(), self.overhead.front()) {
-            (Some(&a), Some(&b)) => Some(a.min(b)),
-            (a, b) => a.or(b).copied(),
-        }
-    }
-
-    /// Removes the job [`CpuModel::first`] returns.
-    fn pop_first(&mut self) -> Option<JobId> {
-        let first = self.first()?;
-        if self.overhead.front() == Some(&first) {
-            self.overhead.pop_front()
-        } else {
-            self.jobs.pop_first()
-        }
+        self.jobs.len()
     }
 
     /// Work per nanosecond each job receives at the current occupancy.
     fn rate(&self) -> f64 {
-        let n = self.in_flight();
+        let n = self.jobs.len();
         if n == 0 {
             0.0
         } else {
@@ -155,13 +132,13 @@ impl CpuModel {
         let dt = now.saturating_since(self.last).as_nanos() as f64;
         let rate = self.rate();
         self.attained += rate * dt;
-        self.busy_core_nanos += rate * dt * self.in_flight() as f64;
+        self.busy_core_nanos += rate * dt * self.jobs.len() as f64;
         self.last = now;
     }
 
     /// When the next job finishes at the current capacity, if any job can finish.
     pub fn next_completion(&self) -> Option<Time> {
-        let tag = self.first()?.tag;
+        let tag = self.jobs.first()?.tag;
         let rate = self.rate();
         if rate <= 0.0 {
             return None;
@@ -182,17 +159,14 @@ impl CpuModel {
     /// observable happens when an overhead job finishes, so a simulator need not schedule those
     /// wake-ups.
     pub fn next_awaited_completion(&self) -> Option<Time> {
-        let first = self.first()?;
+        let first = self.jobs.first()?;
         if !first.overhead {
             return self.next_completion();
         }
         let (mut attained, mut last) = (self.attained, self.last);
         let mut last_at = self.last;
-        let mut left = self.in_flight();
-        let mut jobs = Merged {
-            a: self.jobs.iter().peekable(),
-            b: self.overhead.iter().peekable(),
-        };
+        let mut left = self.jobs.len();
+        let mut jobs = self.jobs.iter().peekable();
         for _ in 0..LOOKAHEAD {
             let tag = f64::from_bits(jobs.peek()?.tag);
             let rate = self.per_job_cores.min(self.cores / left as f64);
@@ -236,11 +210,11 @@ impl CpuModel {
     }
 
     fn pop_finished(&mut self, done: &mut Vec<JobId>) {
-        while let Some(id) = self.first() {
+        while let Some(&id) = self.jobs.first() {
             if f64::from_bits(id.tag) > self.attained + EPSILON_WORK {
                 break;
             }
-            self.pop_first();
+            self.jobs.pop_first();
             done.push(id);
         }
     }
@@ -266,23 +240,13 @@ impl CpuModel {
             overhead,
         };
         self.next_id += 1;
-        if overhead && self.overhead.back().is_none_or(|&last| last < id) {
-            self.overhead.push_back(id);
-        } else {
-            self.jobs.insert(id);
-        }
+        self.jobs.insert(id);
         id
     }
 
     /// Removes a job before it finished (its query timed out). Returns false if unknown.
     pub fn cancel(&mut self, now: Time, job: JobId, done: &mut Vec<JobId>) -> bool {
         self.advance(now, done);
-        if job.overhead
-            && let Some(i) = self.overhead.iter().position(|&j| j == job)
-        {
-            self.overhead.remove(i);
-            return true;
-        }
         self.jobs.remove(&job)
     }
 
@@ -290,35 +254,6 @@ impl CpuModel {
     pub fn set_cores(&mut self, now: Time, cores: f64, done: &mut Vec<JobId>) {
         self.advance(now, done);
         self.cores = cores.max(0.0);
-    }
-}
-
-/// Two ascending sequences of jobs walked as one, smallest first.
-struct Merged<A: Iterator, B: Iterator> {
-    a: std::iter::Peekable<A>,
-    b: std::iter::Peekable<B>,
-}
-
-impl<'a, A, B> Merged<A, B>
-where
-    A: Iterator<Item = &'a JobId>,
-    B: Iterator<Item = &'a JobId>,
-{
-    fn peek(&mut self) -> Option<&'a JobId> {
-        match (self.a.peek().copied(), self.b.peek().copied()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    /// The next job, if `pred` holds for it.
-    fn next_if(&mut self, pred: impl Fn(&JobId) -> bool) -> Option<&'a JobId> {
-        let next = self.peek().filter(|j| pred(j))?;
-        if self.a.peek() == Some(&next) {
-            self.a.next()
-        } else {
-            self.b.next()
-        }
     }
 }
 
@@ -461,8 +396,8 @@ mod tests {
 
     #[test]
     fn overhead_out_of_order_and_cancelled_still_finish_by_tag() {
-        // All at once on one core, so each job finishes in order of its work: the shrinking
-        // overhead costs land in the ordered set, the growing ones at the deque's end.
+        // All at once on one core, so each job finishes in order of its work, whatever order
+        // and kind they came in.
         let mut cpu = CpuModel::new(1.0, 1.0);
         let mut done = Vec::new();
         let costs = [
