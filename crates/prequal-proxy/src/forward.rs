@@ -29,6 +29,7 @@ use prequal_server::protocol::{LOAD_HEADER, parse_reply};
 use crate::body::{ProxyBody, Tracked, TryGuard, empty, full, grpc_failed};
 use crate::cluster::{Chosen, Cluster};
 use crate::headers::{ClientHop, add_forwarding, strip_hop_by_hop};
+use crate::upstream::UpstreamBody;
 
 /// Limits that apply to every request, from `[server]`.
 #[derive(Debug, Clone, Copy)]
@@ -89,11 +90,7 @@ pub async fn forward(
             true => parts.headers.clone(),
             false => std::mem::take(&mut parts.headers),
         };
-        let Some(upstream) =
-            upstream_request(&parts, headers, &chosen, cluster.version(), try_body)
-        else {
-            return local_response(StatusCode::BAD_REQUEST, "request target not forwardable\n");
-        };
+        let upstream = upstream_request(&parts, headers, cluster.version(), try_body);
         let step = one_try(cluster, chosen, upstream, deadline).await;
         let retry = match &step {
             Step::Done(_) => false,
@@ -178,7 +175,10 @@ async fn one_try(
         .config()
         .try_timeout
         .min(deadline - Instant::now().min(deadline));
-    let sent = tokio::time::timeout(limit, cluster.client().request(upstream)).await;
+    let send = cluster
+        .upstream()
+        .send(chosen.replica, &chosen.authority, upstream);
+    let sent = tokio::time::timeout(limit, send).await;
     let response = match sent {
         Err(_) => {
             guard.outcome = Outcome::Timeout;
@@ -204,7 +204,7 @@ async fn one_try(
 
 /// Turns the replica's response into the client's: hop-by-hop headers out, body tracked so
 /// the policy hears when it ends; a 5xx is a failed step (which the caller may retry).
-fn relay(response: Response<Incoming>, mut guard: TryGuard) -> Step {
+fn relay(response: Response<UpstreamBody>, mut guard: TryGuard) -> Step {
     guard.report = response
         .headers()
         .get(LOAD_HEADER)
@@ -228,26 +228,22 @@ fn relay(response: Response<Incoming>, mut guard: TryGuard) -> Step {
     }
 }
 
-/// The request for one try: same method, path, headers; URI pointed at the replica.
+/// The request for one try: same method, path, headers; the URI in origin form (the pool
+/// knows the replica's address).
 fn upstream_request(
     parts: &http::request::Parts,
     headers: http::HeaderMap,
-    chosen: &Chosen,
     version: http::Version,
     body: ProxyBody,
-) -> Option<Request<ProxyBody>> {
-    let mut uri = http::uri::Parts::default();
-    uri.scheme = Some(http::uri::Scheme::HTTP);
-    uri.authority = Some(chosen.authority.clone());
-    uri.path_and_query = Some(match parts.uri.path_and_query() {
+) -> Request<ProxyBody> {
+    let path = match parts.uri.path_and_query() {
         Some(path) => path.clone(),
         None => http::uri::PathAndQuery::from_static("/"),
-    });
-    let uri = http::Uri::from_parts(uri).ok()?;
+    };
     let mut request = Request::new(body);
     *request.method_mut() = parts.method.clone();
-    *request.uri_mut() = uri;
+    *request.uri_mut() = http::Uri::from(path);
     *request.version_mut() = version;
     *request.headers_mut() = headers;
-    Some(request)
+    request
 }

@@ -41,6 +41,7 @@ pub mod prober;
 pub mod reload;
 pub mod routing;
 pub mod server;
+pub mod upstream;
 
 pub use config::{ClusterConfig, ConfigError, ProxyConfig, RouteConfig, UpstreamProtocol};
 pub use server::{Proxy, ProxyError, ProxyHandle, shutdown_signal};

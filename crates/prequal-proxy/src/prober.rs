@@ -4,7 +4,7 @@
 //! here once its lock is released. Each probe is its own small task (so a request never waits
 //! for a probe) that sends `GET /.prequal/probe?v=1` (the protocol of
 //! `prequal_server::protocol`, with the sync-mode hint when there is one) over a connection
-//! pool of its own, waits at most the policy's `probe_timeout()`, and reports the parsed
+//! pool of its own ([`crate::upstream`]), waits at most the policy's `probe_timeout()`, and reports the parsed
 //! [`LoadReport`] or a failure back to the policy. Probe traffic is bounded: at most
 //! `max_probes_in_flight` per cluster; a probe beyond that is reported failed at once, which is
 //! what the policy would see from an overloaded network anyway.
@@ -105,24 +105,24 @@ async fn fetch(
     probe: &ProbeRequest,
     authority: &http::uri::Authority,
 ) -> Result<LoadReport, BoxError> {
-    let mut uri = http::uri::Parts::default();
-    uri.scheme = Some(http::uri::Scheme::HTTP);
-    uri.authority = Some(authority.clone());
-    uri.path_and_query = Some(match probe.hint {
+    let path = match probe.hint {
         None => plain_probe_path()?,
         Some(hint) => PathAndQuery::try_from(probe_path_and_query(Some(hint)))?,
-    });
+    };
     let mut request = http::Request::new(empty());
-    *request.uri_mut() = http::Uri::from_parts(uri)?;
+    *request.uri_mut() = http::Uri::from(path);
     *request.version_mut() = cluster.version();
     if cluster.version() == http::Version::HTTP_11 {
-        // Named here, the client does not have to format one from the URI for every probe.
+        // Named here, the pool does not have to format one for every probe.
         request.headers_mut().insert(
             http::header::HOST,
             HeaderValue::from_str(authority.as_str())?,
         );
     }
-    let response = cluster.probe_client().request(request).await?;
+    let response = cluster
+        .probe_upstream()
+        .send(probe.replica, authority, request)
+        .await?;
     if response.status() != http::StatusCode::OK {
         return Err(format!("probe answered {}", response.status()).into());
     }
