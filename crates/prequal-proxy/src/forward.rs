@@ -64,6 +64,10 @@ pub async fn forward(
     limits: Limits,
 ) -> Response<ProxyBody> {
     let (mut parts, body) = request.into_parts();
+    if parts.method == http::Method::CONNECT {
+        // A reverse proxy forwards to its replicas; it does not open tunnels.
+        return local_response(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not supported\n");
+    }
     if too_large(&parts.headers, limits) {
         return local_response(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n");
     }

@@ -3,17 +3,19 @@
 //! **HTTP/1.1** has a pool of its own, built on `hyper::client::conn::http1`: per replica, a
 //! list of idle connections, found by the replica's id (a small ordered map, no hashing of a
 //! pool key) behind a lock that only its own thread takes on the hot path. A try takes the
-//! most recently used idle connection that is ready, else waits for one whose task is still
-//! settling its last exchange (or opens one, within `connect_timeout`, if none is idle),
-//! sends on it, and hands it to the response body, which puts it back once the body has been
-//! read to its end; a body dropped before its end, or failed, takes its connection with it, so
-//! a connection with an unread response on the wire is never reused. An idle connection the
-//! replica closed meanwhile is dropped at checkout; a request it refused unsent goes out on the
-//! next one. At most `pool_max_idle_per_host` idle connections are kept per replica, and a
-//! sweeper task (running only while something is idle) closes those idle for longer than
-//! `pool_idle_timeout`, checking every quarter of it. Compared with hyper-util's pooled client
-//! this saves, per request, the pool key's hash and comparisons, the boxed futures and the
-//! task it spawns to return each HTTP/1.1 connection to its pool (docs/performance.md).
+//! most recently used idle connection that is ready; else it waits at most a millisecond for
+//! one whose task is still settling its last exchange, and otherwise opens a new one (within
+//! `connect_timeout`; port 80 if the address names none). The connection goes to the response
+//! body, which puts it back once the body has been read to its end or its trailers; a body
+//! dropped before that, or failed, takes its connection with it, so a connection with an
+//! unread response on the wire is never reused. Idle connections the replica closed, or idle
+//! for `pool_idle_timeout`, are dropped at checkout, so a replica that closes idle connections
+//! just after that timeout never gets a request on one; a request a reused connection refused
+//! unsent goes out on the next one. At most `pool_max_idle_per_host` idle connections are kept
+//! per replica, and a sweeper task (running only while something is idle) closes expired ones
+//! every quarter of the timeout. Compared with hyper-util's pooled client this saves, per
+//! request, the pool key's hash and comparisons, the boxed futures and the task it spawns to
+//! return each HTTP/1.1 connection to its pool (docs/performance.md).
 //!
 //! **HTTP/2** stays on hyper-util's pooled client: one multiplexed connection per replica, and
 //! trailers (gRPC) as hyper passes them.
@@ -40,6 +42,12 @@ use crate::config::{ClusterConfig, UpstreamProtocol};
 
 /// The shortest interval between two sweeps of idle connections.
 const MIN_SWEEP_INTERVAL: Duration = Duration::from_millis(10);
+/// How long a try waits for an idle connection that is not ready yet (its task is settling the
+/// exchange that just ended, or still sending that exchange's request body) before it opens a
+/// new one instead.
+const SETTLE_WAIT: Duration = Duration::from_millis(1);
+/// The port of an address given without one.
+const DEFAULT_PORT: u16 = 80;
 
 /// Why a request could not be sent to a replica, or got no response.
 #[derive(Debug, thiserror::Error)]
@@ -193,13 +201,17 @@ impl Pool {
             let (mut sender, reused) = match self.checkout(replica) {
                 Some((sender, true)) => (sender, true),
                 Some((mut sender, false)) => {
-                    // Its last response was read to the end; the connection's task has just
-                    // not said yet that it takes the next one. That takes a moment, a new
-                    // connection longer.
-                    if sender.ready().await.is_err() {
-                        continue;
+                    // Its last response was read to the end, but the connection's task has not
+                    // said yet that it takes the next request: usually a moment's work, but
+                    // the replica may have answered before the request body was all sent.
+                    match tokio::time::timeout(SETTLE_WAIT, sender.ready()).await {
+                        Ok(Ok(())) => (sender, true),
+                        Ok(Err(_)) => continue,
+                        Err(_) => {
+                            self.put_aside(replica, sender);
+                            (self.connect(authority).await?, false)
+                        }
                     }
-                    (sender, true)
                 }
                 None => (self.connect(authority).await?, false),
             };
@@ -229,9 +241,13 @@ impl Pool {
     /// the most recent one still finishing its last exchange (`false`); connections the
     /// replica closed are dropped on the way.
     fn checkout(&self, replica: ReplicaId) -> Option<(http1::SendRequest<ProxyBody>, bool)> {
+        let now = Instant::now();
+        let timeout = self.idle_timeout;
         let mut idle = self.lock();
         let list = idle.replicas.get_mut(&replica)?;
-        list.retain(|c| !c.sender.is_closed());
+        // Expired ones go here too, not only at the next sweep: a replica that closes idle
+        // connections just after `pool_idle_timeout` must never get a request on one.
+        list.retain(|c| !c.sender.is_closed() && now.duration_since(c.since) < timeout);
         match list.iter().rposition(|c| c.sender.is_ready()) {
             Some(i) => Some((list.remove(i).sender, true)),
             None => list.pop().map(|c| (c.sender, false)),
@@ -242,7 +258,8 @@ impl Pool {
         &self,
         authority: &Authority,
     ) -> Result<http1::SendRequest<ProxyBody>, UpstreamError> {
-        let connect = tokio::net::TcpStream::connect(authority.as_str());
+        let port = authority.port_u16().unwrap_or(DEFAULT_PORT);
+        let connect = tokio::net::TcpStream::connect((authority.host(), port));
         let stream = match tokio::time::timeout(self.connect_timeout, connect).await {
             Ok(Ok(stream)) => stream,
             Ok(Err(error)) => return Err(UpstreamError(Kind::Connect(error))),
@@ -265,8 +282,22 @@ impl Pool {
         Ok(sender)
     }
 
-    /// Takes back a connection whose response was read to its end.
+    /// Takes back a connection whose response was read to its end, as the first to reuse.
     fn put(self: &Arc<Self>, replica: ReplicaId, sender: http1::SendRequest<ProxyBody>) {
+        self.keep(replica, sender, true);
+    }
+
+    /// Takes back a connection that did not become ready in time, as the last to reuse.
+    fn put_aside(self: &Arc<Self>, replica: ReplicaId, sender: http1::SendRequest<ProxyBody>) {
+        self.keep(replica, sender, false);
+    }
+
+    fn keep(
+        self: &Arc<Self>,
+        replica: ReplicaId,
+        sender: http1::SendRequest<ProxyBody>,
+        first: bool,
+    ) {
         if self.max_idle == 0 || self.idle_timeout.is_zero() || sender.is_closed() {
             return;
         }
@@ -276,10 +307,14 @@ impl Pool {
             // Keep the recently used ones; the oldest would be the next to time out anyway.
             list.remove(0);
         }
-        list.push(IdleConnection {
+        let connection = IdleConnection {
             sender,
             since: Instant::now(),
-        });
+        };
+        match first {
+            true => list.push(connection),
+            false => list.insert(0, connection),
+        }
         if !idle.sweeping
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
@@ -362,7 +397,11 @@ impl Body for UpstreamBody {
         match &polled {
             Poll::Ready(None) => self.release(),
             Poll::Ready(Some(Err(_))) => self.lease = None,
-            Poll::Ready(Some(Ok(_))) if self.body.is_end_stream() => self.release(),
+            // Trailers come after the last chunk, and hyper's server drops the body once it
+            // has written them, without asking for the end.
+            Poll::Ready(Some(Ok(frame))) if frame.is_trailers() || self.body.is_end_stream() => {
+                self.release()
+            }
             _ => {}
         }
         polled
@@ -400,9 +439,18 @@ mod tests {
                 let n = counter.fetch_add(1, Ordering::SeqCst);
                 let service = service_fn(move |request: Request<Incoming>| async move {
                     let mut response = match request.uri().path() {
-                        "/big" => Response::new(Full::new(Bytes::from(vec![b'x'; 4 << 20]))),
-                        _ => Response::new(Full::new(Bytes::from(n.to_string()))),
+                        "/big" => {
+                            Response::new(Full::new(Bytes::from(vec![b'x'; 4 << 20])).boxed())
+                        }
+                        "/trailers" => Response::new(Trailing(Some(n)).boxed()),
+                        _ => Response::new(Full::new(Bytes::from(n.to_string())).boxed()),
                     };
+                    if request.uri().path() == "/trailers" {
+                        // hyper sends only the HTTP/1.1 trailers the head announces.
+                        response
+                            .headers_mut()
+                            .insert(http::header::TRAILER, "x-done".parse().unwrap());
+                    }
                     if request.uri().path() == "/close" {
                         response
                             .headers_mut()
@@ -417,6 +465,28 @@ mod tests {
             }
         });
         (authority, accepted)
+    }
+
+    /// A chunked body: the connection number, then a trailer.
+    struct Trailing(Option<u64>);
+
+    impl Body for Trailing {
+        type Data = Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            Poll::Ready(Some(Ok(match self.0.take() {
+                Some(n) => Frame::data(Bytes::from(n.to_string())),
+                None => {
+                    let mut trailers = http::HeaderMap::new();
+                    trailers.insert("x-done", http::HeaderValue::from_static("1"));
+                    Frame::trailers(trailers)
+                }
+            })))
+        }
     }
 
     fn get(path: &'static str) -> Request<ProxyBody> {
@@ -487,6 +557,83 @@ mod tests {
         assert!(pool.lock().replicas.is_empty());
         assert!(!pool.lock().sweeping);
         assert_eq!(text(&upstream, &authority, "/n").await, "1");
+    }
+
+    /// A request body that never ends.
+    struct Endless;
+
+    impl Body for Endless {
+        type Data = Bytes;
+        type Error = crate::body::BoxError;
+
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            Poll::Pending
+        }
+    }
+
+    #[tokio::test]
+    async fn a_response_before_the_request_body_ended_does_not_hold_up_the_next_try() {
+        let (authority, _) = replica().await;
+        let upstream = http1(Duration::from_secs(60));
+        let mut request = get("/n");
+        *request.body_mut() = Endless.boxed_unsync();
+        // The replica answers before the request body ends; the connection keeps sending it.
+        let response = upstream
+            .send(ReplicaId(0), &authority, request)
+            .await
+            .unwrap();
+        assert_eq!(
+            response.into_body().collect().await.unwrap().to_bytes(),
+            "0"
+        );
+        // hyper ends such an exchange with the response; whichever connection the next try
+        // gets, it must not wait for the first request's body.
+        let next = tokio::time::timeout(Duration::from_secs(10), text(&upstream, &authority, "/n"));
+        let answer = next.await.expect("a try never waits on a busy connection");
+        assert!(answer == "0" || answer == "1", "{answer}");
+    }
+
+    #[tokio::test]
+    async fn a_connection_idle_past_the_timeout_is_not_reused() {
+        let (authority, _) = replica().await;
+        let upstream = http1(Duration::from_secs(60));
+        assert_eq!(text(&upstream, &authority, "/n").await, "0");
+        let Upstream::Http1(pool) = &upstream else {
+            unreachable!("HTTP/1.1 is the default protocol")
+        };
+        // As if it had been idle for longer than the timeout, before the sweeper came by.
+        for connection in pool.lock().replicas.values_mut().flatten() {
+            connection.since -= Duration::from_secs(61);
+        }
+        assert_eq!(text(&upstream, &authority, "/n").await, "1");
+    }
+
+    #[tokio::test]
+    async fn a_response_ending_in_trailers_gives_its_connection_back() {
+        let (authority, _) = replica().await;
+        let upstream = http1(Duration::from_secs(60));
+        for _ in 0..3 {
+            let mut request = get("/trailers");
+            // hyper's server sends HTTP/1.1 trailers only to a client that accepts them.
+            request
+                .headers_mut()
+                .insert(http::header::TE, http::HeaderValue::from_static("trailers"));
+            let response = upstream
+                .send(ReplicaId(0), &authority, request)
+                .await
+                .unwrap();
+            let mut body = response.into_body();
+            let data = body.frame().await.unwrap().unwrap();
+            assert_eq!(data.into_data().unwrap(), "0");
+            let trailers = body.frame().await.unwrap().unwrap();
+            assert!(trailers.is_trailers());
+            // Dropped without asking for the end, as hyper's server does after trailers.
+            drop(body);
+        }
+        assert_eq!(text(&upstream, &authority, "/n").await, "0");
     }
 
     #[tokio::test]

@@ -26,6 +26,51 @@ async fn trailers_pass_through(proto: Proto) {
 }
 over_h1_and_h2!(grpc_style_trailers_pass_through, trailers_pass_through);
 
+async fn trailer_responses_keep_their_connection(proto: Proto) {
+    let backend = Backend::start().await;
+    let proxy = start_proxy(&config_text(&[&backend], proto, "\"round-robin\"", "")).await;
+    let client = client(proto);
+    for _ in 0..20 {
+        let request = http::Request::post(format!("http://{}/grpc/0", proxy.addr))
+            .header("te", "trailers")
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        let response = client.request(request).await.unwrap();
+        let collected = http_body_util::BodyExt::collect(response.into_body())
+            .await
+            .unwrap();
+        assert!(collected.trailers().is_some());
+    }
+    let accepted = backend
+        .connections
+        .load(std::sync::atomic::Ordering::SeqCst);
+    // A response that ends in trailers is as finished as any other: its connection is reused.
+    assert!(
+        (1..=3).contains(&accepted),
+        "{accepted} connections carried 20 responses with trailers"
+    );
+}
+over_h1_and_h2!(
+    responses_with_trailers_keep_their_connection,
+    trailer_responses_keep_their_connection
+);
+
+#[tokio::test]
+async fn connect_is_refused() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let backend = Backend::start().await;
+    let proxy = start_proxy(&config_text(&[&backend], Proto::H1, "\"round-robin\"", "")).await;
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    stream
+        .write_all(b"CONNECT example.com:443 HTTP/1.1\r\nhost: example.com:443\r\n\r\n")
+        .await
+        .unwrap();
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 405");
+    assert_eq!(backend.hits(), 0);
+}
+
 async fn forwarding_headers(proto: Proto) {
     let backend = Backend::start().await;
     let proxy = start_proxy(&config_text(&[&backend], proto, "\"round-robin\"", "")).await;
