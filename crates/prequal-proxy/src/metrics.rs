@@ -39,6 +39,12 @@ struct ReplicaLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConnectionLabels {
+    cluster: String,
+    purpose: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ProbeLabels {
     cluster: String,
     result: &'static str,
@@ -60,6 +66,7 @@ pub struct Metrics {
     retries: Family<ClusterLabels, Counter>,
     retries_refused: Family<ClusterLabels, Counter>,
     probes: Family<ProbeLabels, Counter>,
+    connections: Family<ConnectionLabels, Counter>,
     ejections: Family<ReplicaLabels, Counter>,
     replicas: Family<ClusterLabels, Gauge>,
     ejected: Family<ClusterLabels, Gauge>,
@@ -84,6 +91,7 @@ impl Metrics {
             retries: Family::default(),
             retries_refused: Family::default(),
             probes: Family::default(),
+            connections: Family::default(),
             ejections: Family::default(),
             replicas: Family::default(),
             ejected: Family::default(),
@@ -113,6 +121,11 @@ impl Metrics {
             m.retries_refused.clone(),
         );
         r.register("probes", "Probes, by result", m.probes.clone());
+        r.register(
+            "upstream_connections",
+            "Connections opened to replicas, for requests or for probes",
+            m.connections.clone(),
+        );
         r.register("ejections", "Outlier ejections", m.ejections.clone());
         r.register("replicas", "Replicas known", m.replicas.clone());
         r.register(
@@ -148,6 +161,12 @@ impl Metrics {
                 result,
             })
         };
+        let connections = |purpose| {
+            self.connections.get_or_create_owned(&ConnectionLabels {
+                cluster: name.to_string(),
+                purpose,
+            })
+        };
         ClusterMetrics {
             name: name.to_string(),
             requests: self.requests.get_or_create_owned(&labels),
@@ -164,6 +183,8 @@ impl Metrics {
             probes_ok: probe("ok"),
             probes_failed: probe("failed"),
             probes_dropped: probe("dropped"),
+            connections_for_requests: connections("request"),
+            connections_for_probes: connections("probe"),
             replicas: self.replicas.get_or_create_owned(&labels),
             ejected: self.ejected.get_or_create_owned(&labels),
         }
@@ -211,6 +232,10 @@ pub struct ClusterMetrics {
     pub probes_failed: Counter,
     /// Probes not sent because too many were in flight.
     pub probes_dropped: Counter,
+    /// Connections opened to replicas for requests.
+    pub connections_for_requests: Counter,
+    /// Connections opened to replicas for probes.
+    pub connections_for_probes: Counter,
     /// Replicas known.
     pub replicas: Gauge,
     /// Replicas ejected.

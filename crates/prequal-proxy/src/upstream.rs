@@ -36,8 +36,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use prequal_core::ReplicaId;
+use prometheus_client::metrics::counter::Counter;
 
-use crate::body::ProxyBody;
+use crate::body::{BoxError, ProxyBody};
 use crate::config::{ClusterConfig, UpstreamProtocol};
 
 /// The shortest interval between two sweeps of idle connections.
@@ -83,15 +84,16 @@ pub(crate) enum Upstream {
     /// HTTP/1.1: the pool of this module.
     Http1(Arc<Pool>),
     /// HTTP/2 (h2c): hyper-util's pooled client.
-    Http2(Box<Client<HttpConnector, ProxyBody>>),
+    Http2(Box<Client<Counted, ProxyBody>>),
 }
 
 impl Upstream {
-    /// Connections as `config` asks: its protocol, connect timeout and pool limits.
-    pub(crate) fn new(config: &ClusterConfig) -> Self {
+    /// Connections as `config` asks: its protocol, connect timeout and pool limits; `opened`
+    /// counts the connections made.
+    pub(crate) fn new(config: &ClusterConfig, opened: Counter) -> Self {
         match config.protocol {
-            UpstreamProtocol::Http1 => Upstream::Http1(Arc::new(Pool::new(config))),
-            UpstreamProtocol::Http2 => Upstream::Http2(Box::new(http2_client(config))),
+            UpstreamProtocol::Http1 => Upstream::Http1(Arc::new(Pool::new(config, opened))),
+            UpstreamProtocol::Http2 => Upstream::Http2(Box::new(http2_client(config, opened))),
         }
     }
 
@@ -129,10 +131,14 @@ impl Upstream {
 }
 
 /// A pooled HTTP/2 client: one multiplexed connection per replica.
-fn http2_client(config: &ClusterConfig) -> Client<HttpConnector, ProxyBody> {
+fn http2_client(config: &ClusterConfig, opened: Counter) -> Client<Counted, ProxyBody> {
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(config.connect_timeout));
     connector.set_nodelay(true);
+    let connector = Counted {
+        inner: connector,
+        opened,
+    };
     Client::builder(TokioExecutor::new())
         .pool_idle_timeout(config.pool_idle_timeout)
         .pool_max_idle_per_host(config.pool_max_idle_per_host)
@@ -140,6 +146,37 @@ fn http2_client(config: &ClusterConfig) -> Client<HttpConnector, ProxyBody> {
         .timer(TokioTimer::new())
         .http2_only(true)
         .build(connector)
+}
+
+/// hyper-util's connector, counting the connections it opens.
+#[derive(Debug, Clone)]
+pub(crate) struct Counted {
+    inner: HttpConnector,
+    opened: Counter,
+}
+
+type Connecting = Pin<
+    Box<dyn std::future::Future<Output = Result<TokioIo<tokio::net::TcpStream>, BoxError>> + Send>,
+>;
+
+impl tower::Service<http::Uri> for Counted {
+    type Response = TokioIo<tokio::net::TcpStream>;
+    type Error = BoxError;
+    type Future = Connecting;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Connecting {
+        let connecting = self.inner.call(uri);
+        let opened = self.opened.clone();
+        Box::pin(async move {
+            let stream = connecting.await?;
+            opened.inc();
+            Ok(stream)
+        })
+    }
 }
 
 /// Idle HTTP/1.1 connections per replica, for one data-plane thread.
@@ -150,6 +187,7 @@ pub(crate) struct Pool {
     idle_timeout: Duration,
     max_idle: usize,
     builder: http1::Builder,
+    opened: Counter,
 }
 
 #[derive(Debug, Default)]
@@ -166,7 +204,7 @@ struct IdleConnection {
 }
 
 impl Pool {
-    fn new(config: &ClusterConfig) -> Self {
+    fn new(config: &ClusterConfig, opened: Counter) -> Self {
         let mut builder = http1::Builder::new();
         // Flattened writes, as on the server side (4% less CPU per request, measured).
         builder.writev(false);
@@ -176,6 +214,7 @@ impl Pool {
             idle_timeout: config.pool_idle_timeout,
             max_idle: config.pool_max_idle_per_host,
             builder,
+            opened,
         }
     }
 
@@ -268,6 +307,7 @@ impl Pool {
                 return Err(UpstreamError(Kind::Connect(error)));
             }
         };
+        self.opened.inc();
         let _ = stream.set_nodelay(true);
         let (sender, connection) = self
             .builder
@@ -505,10 +545,13 @@ mod tests {
     }
 
     fn http1(idle_timeout: Duration) -> Upstream {
-        Upstream::new(&ClusterConfig {
-            pool_idle_timeout: idle_timeout,
-            ..ClusterConfig::default()
-        })
+        Upstream::new(
+            &ClusterConfig {
+                pool_idle_timeout: idle_timeout,
+                ..ClusterConfig::default()
+            },
+            Counter::default(),
+        )
     }
 
     #[tokio::test]

@@ -211,5 +211,17 @@ async fn pooled_connections(proto: Proto) {
         (1..=3).contains(&accepted),
         "{accepted} connections carried 100 requests"
     );
+    // Round robin sends no probes, so every connection the replica accepted was a request's.
+    let metrics = get(&client_again(Proto::H1), proxy.admin, "/metrics")
+        .await
+        .1;
+    let opened = |purpose: &str| {
+        let name = format!(
+            "prequal_proxy_upstream_connections_total{{cluster=\"test\",purpose=\"{purpose}\"}}"
+        );
+        metric(&metrics, &name)
+    };
+    assert_eq!(opened("request"), accepted as f64);
+    assert_eq!(opened("probe"), 0.0);
 }
 over_h1_and_h2!(upstream_connections_are_pooled, pooled_connections);

@@ -118,17 +118,23 @@ impl Cluster {
             waiting: HashMap::new(),
             armed: None,
         };
+        let metrics = registry.cluster(name);
+        let upstreams = |opened: &prometheus_client::metrics::counter::Counter| {
+            (0..workers.max(1))
+                .map(|_| Upstream::new(config, opened.clone()))
+                .collect()
+        };
         let cluster = Arc::new(Cluster {
             name: name.to_string(),
             config: config.clone(),
             epoch,
             core: Mutex::new(core),
-            upstreams: (0..workers.max(1)).map(|_| Upstream::new(config)).collect(),
-            probe_upstreams: (0..workers.max(1)).map(|_| Upstream::new(config)).collect(),
+            upstreams: upstreams(&metrics.connections_for_requests),
+            probe_upstreams: upstreams(&metrics.connections_for_probes),
             probe_timeout,
             probe_slots: Arc::new(Semaphore::new(config.max_probes_in_flight)),
             wake: Arc::new(Notify::new()),
-            metrics: registry.cluster(name),
+            metrics,
             registry: Arc::clone(registry),
             next_query: AtomicU64::new(1),
         });
