@@ -6,20 +6,29 @@ mod common;
 
 use common::*;
 
-async fn trailers_pass_through(proto: Proto) {
-    let backend = Backend::start().await;
-    let proxy = start_proxy(&config_text(&[&backend], proto, "\"round-robin\"", "")).await;
-    let client = client(proto);
-    let request = http::Request::post(format!("http://{}/grpc/0", proxy.addr))
+/// A gRPC-style call through the proxy to the test backend, which answers with `code` as its
+/// `grpc-status` trailer; the whole response, read to its end.
+async fn grpc_call(
+    client: &TestClient,
+    proxy: std::net::SocketAddr,
+    code: &str,
+) -> http_body_util::Collected<bytes::Bytes> {
+    let request = http::Request::post(format!("http://{proxy}/grpc/{code}"))
         .header("te", "trailers")
         .header("content-type", "application/grpc")
         .body(http_body_util::Full::new(bytes::Bytes::new()))
         .unwrap();
     let response = client.request(request).await.unwrap();
     assert_eq!(response.status(), 200);
-    let collected = http_body_util::BodyExt::collect(response.into_body())
+    http_body_util::BodyExt::collect(response.into_body())
         .await
-        .unwrap();
+        .unwrap()
+}
+
+async fn trailers_pass_through(proto: Proto) {
+    let backend = Backend::start().await;
+    let proxy = start_proxy(&config_text(&[&backend], proto, "\"round-robin\"", "")).await;
+    let collected = grpc_call(&client(proto), proxy.addr, "0").await;
     let trailers = collected.trailers().cloned().expect("trailers arrived");
     assert_eq!(trailers["grpc-status"], "0");
     assert_eq!(&collected.to_bytes()[..], b"payload");
@@ -31,14 +40,7 @@ async fn trailer_responses_keep_their_connection(proto: Proto) {
     let proxy = start_proxy(&config_text(&[&backend], proto, "\"round-robin\"", "")).await;
     let client = client(proto);
     for _ in 0..20 {
-        let request = http::Request::post(format!("http://{}/grpc/0", proxy.addr))
-            .header("te", "trailers")
-            .body(http_body_util::Full::new(bytes::Bytes::new()))
-            .unwrap();
-        let response = client.request(request).await.unwrap();
-        let collected = http_body_util::BodyExt::collect(response.into_body())
-            .await
-            .unwrap();
+        let collected = grpc_call(&client, proxy.addr, "0").await;
         assert!(collected.trailers().is_some());
     }
     let accepted = backend
@@ -156,15 +158,7 @@ async fn grpc_status_outcomes(proto: Proto) {
     let proxy = start_proxy(&text).await;
     let client = client(proto);
     for code in ["0", "5", "14", "13"] {
-        let request = http::Request::post(format!("http://{}/grpc/{code}", proxy.addr))
-            .header("te", "trailers")
-            .header("content-type", "application/grpc")
-            .body(http_body_util::Full::new(bytes::Bytes::new()))
-            .unwrap();
-        let response = client.request(request).await.unwrap();
-        let collected = http_body_util::BodyExt::collect(response.into_body())
-            .await
-            .unwrap();
+        let collected = grpc_call(&client, proxy.addr, code).await;
         assert_eq!(collected.trailers().unwrap()["grpc-status"], code);
     }
     // A try completes when the proxy has finished relaying its body, which may be a moment
