@@ -4,10 +4,12 @@
 //! here once its lock is released. Each probe is its own small task (so a request never waits
 //! for a probe) that sends `GET /.prequal/probe?v=1` (the protocol of
 //! `prequal_server::protocol`, with the sync-mode hint when there is one) over a connection
-//! pool of its own ([`crate::upstream`]), waits at most the policy's `probe_timeout()`, and reports the parsed
-//! [`LoadReport`] or a failure back to the policy. Probe traffic is bounded: at most
-//! `max_probes_in_flight` per cluster; a probe beyond that is reported failed at once, which is
-//! what the policy would see from an overloaded network anyway.
+//! pool of its own ([`crate::upstream`]), waits at most the policy's `probe_timeout()`, and
+//! reports the parsed [`LoadReport`] or a failure back to the policy. A probe that timed out is
+//! still read to its end (for up to a second) so that its connection is reused, not replaced.
+//! Probe traffic is bounded: at most `max_probes_in_flight` per cluster, late ones included; a
+//! probe beyond that is reported failed at once, which is what the policy would see from an
+//! overloaded network anyway.
 //!
 //! **Timer.** One task per cluster sleeps until the policy's `poll_timeout()` (idle probing,
 //! server-report polling for weighted-round-robin and yarp-p2c, sync-mode probe timeouts) or
@@ -17,6 +19,7 @@
 //! (after a reload).
 
 use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::HeaderValue;
@@ -32,6 +35,8 @@ use crate::cluster::{Cluster, Outbox};
 /// Rounds of "report failures, drain again" before leftover probes wait for the next event;
 /// keeps a policy that re-probes on every failure from looping while the probe slots are full.
 const MAX_FAILURE_ROUNDS: usize = 2;
+/// How long a probe that timed out may still take to finish, for its connection's sake.
+const PROBE_LINGER: Duration = Duration::from_secs(1);
 
 impl Cluster {
     /// Sends each probe in `outbox` as its own task.
@@ -86,18 +91,28 @@ async fn run_probe(
     // Probes are spawned while a request is being picked for; yielding once lets that request
     // be written to its replica first, so probing never delays the query that triggered it.
     tokio::task::yield_now().await;
-    let sent = tokio::time::timeout(cluster.probe_timeout, fetch(&cluster, &probe, &authority));
-    let report = match sent.await {
-        Ok(Ok(report)) => Some(report),
+    let mut fetch = std::pin::pin!(fetch(&cluster, &probe, &authority));
+    let report = match tokio::time::timeout(cluster.probe_timeout, fetch.as_mut()).await {
+        Ok(Ok(report)) => report,
         Ok(Err(error)) => {
             tracing::debug!(cluster = cluster.name(), replica = %authority, %error, "probe failed");
-            None
+            drop(permit);
+            cluster.send_probes(cluster.probe_result(&probe, None));
+            return;
         }
-        Err(_) => None,
+        Err(_) => {
+            // Too late for the policy, which hears of a failure now. The exchange itself is
+            // left to finish (within PROBE_LINGER, holding its probe slot) so that its
+            // connection goes back to the pool: dropping it would close the connection, and
+            // under load, when probes run late, every late probe would cost a new connection.
+            cluster.send_probes(cluster.probe_result(&probe, None));
+            let _ = tokio::time::timeout(PROBE_LINGER, fetch).await;
+            drop(permit);
+            return;
+        }
     };
     drop(permit);
-    let outbox = cluster.probe_result(&probe, report.as_ref());
-    cluster.send_probes(outbox);
+    cluster.send_probes(cluster.probe_result(&probe, Some(&report)));
 }
 
 async fn fetch(

@@ -67,6 +67,41 @@ over_h1_and_h2!(
     prequal_avoids_slow_replica
 );
 
+async fn late_probes_keep_connections(proto: Proto) {
+    let backend = Backend::start().await;
+    // Every probe answers after the policy has given up on it.
+    backend.set_probe_delay_ms(15);
+    let policy = r#"{ name = "prequal", probe_timeout = "2ms" }"#;
+    let proxy = start_proxy(&config_text(&[&backend], proto, policy, "")).await;
+    let client = client(proto);
+    for _ in 0..20 {
+        assert_eq!(get(&client, proxy.addr, "/").await.0, 200);
+        // Long enough for the late probe to finish before the next request probes again.
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    }
+    let metrics = get(&client_again(Proto::H1), proxy.admin, "/metrics")
+        .await
+        .1;
+    let failed = metric(
+        &metrics,
+        "prequal_proxy_probes_total{cluster=\"test\",result=\"failed\"}",
+    );
+    let opened = metric(
+        &metrics,
+        "prequal_proxy_upstream_connections_total{cluster=\"test\",purpose=\"probe\"}",
+    );
+    assert!(failed >= 10.0, "only {failed} probes were late");
+    // A late probe is still read to its end, so its connection serves the next probe.
+    assert!(
+        opened <= 4.0,
+        "{opened} connections for {failed} late probes"
+    );
+}
+over_h1_and_h2!(
+    late_probes_keep_their_connections,
+    late_probes_keep_connections
+);
+
 async fn killed_replica_is_retried(proto: Proto) {
     let backends = futures_join(3).await;
     let refs: Vec<&Backend> = backends.iter().collect();

@@ -45,6 +45,8 @@ pub struct Backend {
     pub addr: SocketAddr,
     pub hits: Arc<AtomicU64>,
     pub delay_ms: Arc<AtomicU64>,
+    /// How long probes wait before their answer (0 by default).
+    pub probe_delay_ms: Arc<AtomicU64>,
     pub status: Arc<AtomicU16>,
     pub in_flight: Arc<AtomicU32>,
     /// Connections accepted.
@@ -61,6 +63,7 @@ impl Backend {
             addr,
             hits: Arc::default(),
             delay_ms: Arc::new(AtomicU64::new(1)),
+            probe_delay_ms: Arc::default(),
             status: Arc::new(AtomicU16::new(200)),
             in_flight: Arc::default(),
             connections: Arc::default(),
@@ -94,6 +97,7 @@ impl Backend {
         BackendState {
             hits: Arc::clone(&self.hits),
             delay_ms: Arc::clone(&self.delay_ms),
+            probe_delay_ms: Arc::clone(&self.probe_delay_ms),
             status: Arc::clone(&self.status),
             in_flight: Arc::clone(&self.in_flight),
         }
@@ -105,6 +109,10 @@ impl Backend {
 
     pub fn set_delay_ms(&self, ms: u64) {
         self.delay_ms.store(ms, Ordering::SeqCst);
+    }
+
+    pub fn set_probe_delay_ms(&self, ms: u64) {
+        self.probe_delay_ms.store(ms, Ordering::SeqCst);
     }
 
     pub fn set_status(&self, status: u16) {
@@ -130,6 +138,7 @@ impl Drop for Backend {
 struct BackendState {
     hits: Arc<AtomicU64>,
     delay_ms: Arc<AtomicU64>,
+    probe_delay_ms: Arc<AtomicU64>,
     status: Arc<AtomicU16>,
     in_flight: Arc<AtomicU32>,
 }
@@ -138,6 +147,10 @@ impl BackendState {
     async fn answer(self, req: Request<Incoming>) -> Result<Response<TestBody>, Infallible> {
         let delay = Duration::from_millis(self.delay_ms.load(Ordering::SeqCst));
         if req.uri().path() == PROBE_PATH {
+            let probe_delay = self.probe_delay_ms.load(Ordering::SeqCst);
+            if probe_delay > 0 {
+                tokio::time::sleep(Duration::from_millis(probe_delay)).await;
+            }
             // RIF from the counter; the latency estimate is the configured delay.
             let report = LoadReport {
                 rif: self.in_flight.load(Ordering::SeqCst),
