@@ -277,19 +277,25 @@ impl Pool {
     }
 
     /// The most recently used idle connection to `replica` that is ready for a request, else
-    /// the most recent one still finishing its last exchange (`false`); connections the
-    /// replica closed are dropped on the way.
+    /// the most recent one still finishing its last exchange (`false`). A candidate the
+    /// replica closed, or idle for `pool_idle_timeout`, is dropped and the next one tried: a
+    /// replica that closes idle connections just after that timeout must never get a request
+    /// on one. Others that expired wait for the sweeper, so a checkout stays short.
     fn checkout(&self, replica: ReplicaId) -> Option<(http1::SendRequest<ProxyBody>, bool)> {
         let now = Instant::now();
-        let timeout = self.idle_timeout;
         let mut idle = self.lock();
         let list = idle.replicas.get_mut(&replica)?;
-        // Expired ones go here too, not only at the next sweep: a replica that closes idle
-        // connections just after `pool_idle_timeout` must never get a request on one.
-        list.retain(|c| !c.sender.is_closed() && now.duration_since(c.since) < timeout);
-        match list.iter().rposition(|c| c.sender.is_ready()) {
-            Some(i) => Some((list.remove(i).sender, true)),
-            None => list.pop().map(|c| (c.sender, false)),
+        loop {
+            let (i, ready) = match list.iter().rposition(|c| c.sender.is_ready()) {
+                Some(i) => (i, true),
+                None => (list.len().checked_sub(1)?, false),
+            };
+            let candidate = list.remove(i);
+            if !candidate.sender.is_closed()
+                && now.duration_since(candidate.since) < self.idle_timeout
+            {
+                return Some((candidate.sender, ready));
+            }
         }
     }
 
