@@ -294,7 +294,7 @@ impl Sim<'_> {
             // Replicas answer every probe, so a reply due before the timeout cannot time out:
             // only the others need a timeout entry (which keeps its wake-ups out of the queue).
             if let Some(t) = timeout
-                && now + out + back >= now + t
+                && out + back >= t
                 && let Some(at) = client.probe_timeouts.push(now + t, id)
             {
                 self.queue.push(at, Event::ProbeTimeout(c));
