@@ -228,6 +228,18 @@ impl Bucket {
         &self.samples[..usize::from(self.len)]
     }
 
+    /// The samples from the oldest recorded to the newest, as two slices (the ring wraps).
+    /// Recording times never decrease, so both are sorted by time.
+    fn in_order(&self) -> [&[Sample]; 2] {
+        let split = if usize::from(self.len) < RING {
+            0
+        } else {
+            usize::from(self.next)
+        };
+        let filled = self.filled();
+        [&filled[split..], &filled[..split]]
+    }
+
     /// When the newest sample was recorded (0 when empty).
     fn newest_at(&self) -> u64 {
         if self.len == 0 {
@@ -286,9 +298,13 @@ impl LatencyEstimator {
 
     /// Records that a query which arrived when `rif_at_arrival` others were in flight took
     /// `latency`, finishing at `now`.
+    ///
+    /// Samples are kept in the order they are recorded, so a `now` earlier than the last one
+    /// recorded (threads that read the clock before taking the tracker's lock) counts as that
+    /// last time.
     pub fn record(&mut self, rif_at_arrival: u32, latency: Duration, now: Time) {
         let sample = Sample {
-            at: now.as_nanos(),
+            at: now.as_nanos().max(self.newest.newest_at()),
             latency: duration_nanos(latency),
         };
         let bucket = bucket_of(rif_at_arrival);
@@ -345,62 +361,54 @@ impl LatencyEstimator {
 
     /// Like `compute`, also saying which buckets the estimate read.
     fn compute_with_span(&self, center: usize, now: u64) -> (Option<Estimate>, u64, Span) {
-        let mut buf = [Sample::default(); GATHER];
-        let (mut gathered, lo, hi) = self.gather(center, now, &mut buf);
+        let mut runs = Runs::new();
+        let (lo, hi) = self.gather(center, now, &mut runs);
         let mut span = Span {
             lo,
             hi,
             newest: false,
         };
-        let oldest_fresh = buf[..gathered].iter().map(|s| s.at).min();
-        let mut until = oldest_fresh.map_or(u64::MAX, |at| {
+        let mut until = runs.oldest().map_or(u64::MAX, |at| {
             at.saturating_add(duration_nanos(self.config.max_age))
         });
-        if gathered < self.config.min_samples {
+        if runs.len < self.config.min_samples {
             // Idle replica: too few fresh samples at any RIF, so the newest of any age, back to
             // the first gap in its traffic longer than `max_age + stale_half_life`: samples from
             // before such a gap describe another regime once anything has finished after it (a
             // replica shunned while slow is judged by the queries it served since). Shorter
             // gaps are bridged, so a few lucky queries after a brief lull do not decide alone.
-            let newest = self.newest.filled();
-            buf[..newest.len()].copy_from_slice(newest);
-            let samples = &mut buf[..newest.len()];
-            samples.sort_unstable_by_key(|s| std::cmp::Reverse(s.at));
             let gap = duration_nanos(
                 self.config
                     .max_age
                     .saturating_add(self.config.stale_half_life),
             );
-            gathered = (1..samples.len())
-                .find(|&i| samples[i - 1].at - samples[i].at > gap)
-                .unwrap_or(samples.len());
+            runs = Runs::new();
+            runs.push_run(self.newest.in_order(), 0);
+            let samples = &runs.buf[..runs.len];
+            let after_gap = (1..samples.len())
+                .rev()
+                .find(|&i| samples[i].at.saturating_sub(samples[i - 1].at) > gap)
+                .unwrap_or(0);
+            runs.drop_front(after_gap);
             span.newest = true;
         }
-        if gathered == 0 {
+        if runs.len == 0 {
             return (None, until, span);
         }
-        let samples = &mut buf[..gathered];
-        // Move the samples inside the window to the front.
         let window = duration_nanos(self.config.window);
-        let mut recent = 0;
-        for i in 0..samples.len() {
-            if now.saturating_sub(samples[i].at) <= window {
-                until = until.min(samples[i].at.saturating_add(window));
-                samples.swap(i, recent);
-                recent += 1;
-            }
-        }
+        let mut latencies = [0u64; GATHER];
+        let (recent, oldest_recent) = runs.since(now.saturating_sub(window), &mut latencies);
         let chosen = if recent >= self.config.min_samples {
-            &samples[..recent]
-        } else if samples.len() > self.config.min_samples {
-            // Too few recent samples: fall back to the newest `min_samples`.
-            let k = self.config.min_samples;
-            samples.select_nth_unstable_by(k - 1, |a, b| b.at.cmp(&a.at));
-            &samples[..k]
+            // The choice holds until the first of these samples leaves the window. When too
+            // few are recent, samples leaving the window changes nothing: fewer still are.
+            until = until.min(oldest_recent.saturating_add(window));
+            &mut latencies[..recent]
         } else {
-            samples
+            // Too few recent samples: the newest `min_samples` (or all, if that is fewer).
+            let n = runs.newest(self.config.min_samples, &mut latencies);
+            &mut latencies[..n]
         };
-        let max = chosen.iter().map(|s| s.latency).max().unwrap_or(0);
+        let max = chosen.iter().copied().max().unwrap_or(0);
         let estimate = Estimate {
             median: median(chosen),
             max,
@@ -408,64 +416,144 @@ impl LatencyEstimator {
         (Some(estimate), until, span)
     }
 
-    /// Copies the fresh samples (no older than `max_age`) into `buf` from the bucket `center`
-    /// outwards, alternating below and above, until at least `min_samples` are in or every
-    /// bucket was visited. Returns how many were copied and the lowest and highest bucket
-    /// visited.
-    fn gather(&self, center: usize, now: u64, buf: &mut [Sample; GATHER]) -> (usize, usize, usize) {
+    /// Copies the fresh samples (no older than `max_age`) into `runs`, one run per bucket, from
+    /// the bucket `center` outwards, alternating below and above, until at least `min_samples`
+    /// are in or every bucket was visited. Returns the lowest and highest bucket visited.
+    fn gather(&self, center: usize, now: u64, runs: &mut Runs) -> (usize, usize) {
         let wanted = self.config.min_samples;
         let oldest = now.saturating_sub(duration_nanos(self.config.max_age));
-        let mut count = self.copy_fresh(center, oldest, buf, 0);
+        self.copy_fresh(center, oldest, runs);
         let (mut lo, mut hi) = (center, center);
         let mut distance = 1;
-        while count < wanted && distance < BUCKETS {
+        while runs.len < wanted && distance < BUCKETS {
             if let Some(below) = center.checked_sub(distance) {
-                count = self.copy_fresh(below, oldest, buf, count);
+                self.copy_fresh(below, oldest, runs);
                 lo = below;
             }
-            if count < wanted && center + distance < BUCKETS {
-                count = self.copy_fresh(center + distance, oldest, buf, count);
+            if runs.len < wanted && center + distance < BUCKETS {
+                self.copy_fresh(center + distance, oldest, runs);
                 hi = center + distance;
             }
             distance += 1;
         }
-        (count, lo, hi)
+        (lo, hi)
     }
 
-    /// Appends the samples of bucket `index` recorded at or after `oldest`.
-    fn copy_fresh(
-        &self,
-        index: usize,
-        oldest: u64,
-        buf: &mut [Sample; GATHER],
-        count: usize,
-    ) -> usize {
+    /// Appends the samples of bucket `index` recorded at or after `oldest`, as one run.
+    fn copy_fresh(&self, index: usize, oldest: u64, runs: &mut Runs) {
         let bucket = &self.buckets[index];
         if bucket.len == 0 || bucket.newest_at() < oldest {
-            return count;
+            return;
         }
-        // Never overflows: copying starts only while count < min_samples <= RING.
-        let mut count = count;
-        for sample in bucket.filled() {
-            if sample.at >= oldest && count < GATHER {
-                buf[count] = *sample;
-                count += 1;
-            }
-        }
-        count
+        runs.push_run(bucket.in_order(), oldest);
     }
 }
 
-/// The median latency of `samples` (the mean of the middle two for an even count); must not be
-/// empty. Selects among bare latencies, which compare faster than whole samples; the median's
-/// value does not depend on how it is found.
-fn median(samples: &[Sample]) -> u64 {
-    let mut latencies = [0u64; GATHER];
-    let n = samples.len().min(GATHER);
-    for (slot, sample) in latencies.iter_mut().zip(samples) {
-        *slot = sample.latency;
+/// The samples one estimate reads, in a stack buffer: one run per bucket, each in the order
+/// its samples were recorded (oldest first).
+struct Runs {
+    buf: [Sample; GATHER],
+    len: usize,
+    /// Where each run ends in `buf`.
+    ends: [u8; GATHER],
+    count: usize,
+}
+
+impl Runs {
+    fn new() -> Self {
+        Runs {
+            buf: [Sample::default(); GATHER],
+            len: 0,
+            ends: [0; GATHER],
+            count: 0,
+        }
     }
-    let latencies = &mut latencies[..n];
+
+    /// Appends the samples recorded at or after `oldest` as one run. Never overflows: the
+    /// gather adds a run only while fewer than `min_samples <= RING` are in, and a run holds
+    /// at most `RING`.
+    fn push_run(&mut self, parts: [&[Sample]; 2], oldest: u64) {
+        let start = self.len;
+        for part in parts {
+            let fresh = &part[part.partition_point(|s| s.at < oldest)..];
+            let n = fresh.len().min(GATHER - self.len);
+            self.buf[self.len..self.len + n].copy_from_slice(&fresh[..n]);
+            self.len += n;
+        }
+        if self.len > start && self.count < GATHER {
+            self.ends[self.count] = self.len as u8;
+            self.count += 1;
+        }
+    }
+
+    /// Keeps a single run's samples from `first` on.
+    fn drop_front(&mut self, first: usize) {
+        self.buf.copy_within(first..self.len, 0);
+        self.len -= first;
+        self.ends[0] = self.len as u8;
+        self.count = usize::from(self.len > 0);
+    }
+
+    /// The time of the oldest sample.
+    fn oldest(&self) -> Option<u64> {
+        self.buf[..self.len].iter().map(|s| s.at).min()
+    }
+
+    /// The start of run `r` in `buf`.
+    fn start(&self, r: usize) -> usize {
+        if r == 0 { 0 } else { usize::from(self.ends[r - 1]) }
+    }
+
+    /// Copies the latencies of the samples recorded at or after `since` into `out`; returns
+    /// how many and the oldest time among them (`u64::MAX` when none).
+    fn since(&self, since: u64, out: &mut [u64; GATHER]) -> (usize, u64) {
+        let (mut n, mut oldest) = (0, u64::MAX);
+        for sample in &self.buf[..self.len] {
+            if sample.at >= since {
+                out[n] = sample.latency;
+                oldest = oldest.min(sample.at);
+                n += 1;
+            }
+        }
+        (n, oldest)
+    }
+
+    /// Copies the latencies of the `k` newest samples (all, if fewer) into `out`, merging the
+    /// runs from their newest ends; returns how many.
+    fn newest(&self, k: usize, out: &mut [u64; GATHER]) -> usize {
+        if self.count == 1 || self.len <= k {
+            let first = self.len.saturating_sub(k);
+            for (slot, sample) in out.iter_mut().zip(&self.buf[first..self.len]) {
+                *slot = sample.latency;
+            }
+            return self.len - first;
+        }
+        let mut tails = [0usize; GATHER];
+        for (r, tail) in tails.iter_mut().enumerate().take(self.count) {
+            *tail = usize::from(self.ends[r]);
+        }
+        for slot in out.iter_mut().take(k) {
+            // The run whose last untaken sample is newest (the lower run on a tie).
+            let mut best: Option<usize> = None;
+            for r in 0..self.count {
+                if tails[r] > self.start(r)
+                    && best.is_none_or(|b| self.buf[tails[r] - 1].at > self.buf[tails[b] - 1].at)
+                {
+                    best = Some(r);
+                }
+            }
+            let Some(b) = best else { break };
+            tails[b] -= 1;
+            *slot = self.buf[tails[b]].latency;
+        }
+        k
+    }
+}
+
+/// The median of `latencies` (the mean of the middle two for an even count); must not be
+/// empty.
+fn median(latencies: &mut [u64]) -> u64 {
+    let n = latencies.len();
     let mid = n / 2;
     let (below, &mut upper, _) = latencies.select_nth_unstable(mid);
     if n % 2 == 1 {

@@ -297,6 +297,73 @@ mod properties {
     use super::*;
     use proptest::prelude::*;
 
+    /// The estimate by its definition, from `log` of (rif, latency, time) records in order.
+    fn reference_estimate(
+        config: &EstimatorConfig,
+        log: &[(u32, u64, u64)],
+        rif: u32,
+        now: u64,
+    ) -> Option<Estimate> {
+        let last_ring = |of: &dyn Fn(u32) -> bool| -> Vec<(u64, u64)> {
+            let kept: Vec<(u64, u64)> = log
+                .iter()
+                .filter(|r| of(r.0))
+                .map(|r| (r.2, r.1))
+                .collect();
+            kept[kept.len().saturating_sub(RING)..].to_vec()
+        };
+        let nanos = |d: Duration| d.as_nanos() as u64;
+        let fresh_since = now.saturating_sub(nanos(config.max_age));
+        let center = bucket_of(rif);
+        let mut order = vec![center];
+        for distance in 1..BUCKETS {
+            if let Some(below) = center.checked_sub(distance) {
+                order.push(below);
+            }
+            if center + distance < BUCKETS {
+                order.push(center + distance);
+            }
+        }
+        let mut samples: Vec<(u64, u64)> = Vec::new();
+        for bucket in order {
+            if samples.len() >= config.min_samples {
+                break;
+            }
+            let ring = last_ring(&|r| bucket_of(r) == bucket);
+            samples.extend(ring.into_iter().filter(|s| s.0 >= fresh_since));
+        }
+        if samples.len() < config.min_samples {
+            let mut newest = last_ring(&|_| true);
+            newest.reverse();
+            let gap = nanos(config.max_age + config.stale_half_life);
+            let keep = (1..newest.len())
+                .find(|&i| newest[i - 1].0 - newest[i].0 > gap)
+                .unwrap_or(newest.len());
+            samples = newest[..keep].to_vec();
+        }
+        if samples.is_empty() {
+            return None;
+        }
+        let window = nanos(config.window);
+        let recent: Vec<(u64, u64)> = samples
+            .iter()
+            .copied()
+            .filter(|s| now.saturating_sub(s.0) <= window)
+            .collect();
+        let chosen = if recent.len() >= config.min_samples {
+            recent
+        } else {
+            samples.sort_unstable_by_key(|s| std::cmp::Reverse(s.0));
+            samples.truncate(config.min_samples);
+            samples
+        };
+        let latencies: Vec<u64> = chosen.iter().map(|s| s.1).collect();
+        Some(Estimate {
+            median: true_median(latencies.clone()),
+            max: latencies.into_iter().max().unwrap_or(0),
+        })
+    }
+
     fn true_median(mut values: Vec<u64>) -> u64 {
         values.sort_unstable();
         let mid = values.len() / 2;
@@ -339,6 +406,40 @@ mod properties {
             let estimate = est.estimate(ask_rif, now + Duration::from_micros(ask_after_us));
             let us = estimate.map(|d| d.as_micros() as u64);
             prop_assert!(matches!(us, Some(v) if (low..=high).contains(&v)), "{:?} not in {}..={}", us, low, high);
+        }
+
+        /// The estimate equals a plain reading of its definition, computed here from the log
+        /// of every record: the last 32 samples per bucket, gathered outwards from the asked
+        /// bucket until `min_samples` fresh ones are in; the recent ones if enough, else the
+        /// newest `min_samples`; the newest of any RIF back to a long gap when too few are
+        /// fresh. Times are distinct, so "newest" is never a tie.
+        #[test]
+        fn estimate_matches_its_definition(
+            steps in prop::collection::vec((0u32..40, 1u64..50_000, 1u64..3_000), 1..300),
+            asks in prop::collection::vec((0u32..60, 0u64..30_000), 1..20),
+        ) {
+            let config = EstimatorConfig {
+                window: Duration::from_millis(3),
+                min_samples: 5,
+                max_age: Duration::from_millis(40),
+                stale_half_life: Duration::from_millis(30),
+                ..EstimatorConfig::default()
+            };
+            let mut est = LatencyEstimator::new(config);
+            let mut log: Vec<(u32, u64, u64)> = Vec::new();
+            let mut now = 0u64;
+            let mut asked = asks.iter().cycle();
+            for (i, &(rif, latency_us, gap_us)) in steps.iter().enumerate() {
+                now += gap_us * 1_000;
+                est.record(rif, Duration::from_micros(latency_us), Time::from_nanos(now));
+                log.push((rif, latency_us * 1_000, now));
+                if i % 3 == 0 && let Some(&(ask_rif, after_us)) = asked.next() {
+                    let at = now + after_us * 1_000;
+                    let want = reference_estimate(&config, &log, ask_rif, at);
+                    let got = est.compute(bucket_of(ask_rif), at).0;
+                    prop_assert_eq!(got, want, "rif {} at {}", ask_rif, at);
+                }
+            }
         }
 
         /// The memo is invisible: interleaving records and repeated estimates at advancing
