@@ -555,11 +555,12 @@ impl Runs {
 fn median(latencies: &mut [u64]) -> u64 {
     let n = latencies.len();
     let mid = n / 2;
-    let (below, &mut upper, _) = latencies.select_nth_unstable(mid);
+    latencies.sort_unstable();
+    let upper = latencies[mid];
     if n % 2 == 1 {
         return upper;
     }
-    let lower = below.iter().copied().max().unwrap_or(upper);
+    let lower = latencies[mid - 1];
     lower + (upper - lower) / 2
 }
 
