@@ -9,7 +9,7 @@
 //! exact: `q_rif = 1` calls nothing hot (latency-only control) and `q_rif = 0` calls everything
 //! hot (RIF-only control). Prequal paper, section 4, "Replica selection".
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::aversion::ReplicaLoad;
@@ -57,12 +57,13 @@ impl Threshold {
 /// A bounded history of recently reported RIF values.
 ///
 /// The values are kept twice: in arrival order, to know which to forget, and as a multiset
-/// (value → count), so a quantile is a walk over the distinct values (a handful in practice)
-/// instead of a sort of the whole history on every decision.
+/// (distinct values in increasing order, each with its count), so a quantile is a walk over
+/// the distinct values (a handful in practice) instead of a sort of the whole history on every
+/// decision.
 #[derive(Clone, Debug, Default)]
 pub struct RifHistory {
     recent: VecDeque<u32>,
-    counts: BTreeMap<u32, usize>,
+    counts: Vec<(u32, usize)>,
 }
 
 impl RifHistory {
@@ -74,14 +75,17 @@ impl RifHistory {
             }
         }
         self.recent.push_back(rif);
-        *self.counts.entry(rif).or_insert(0) += 1;
+        match self.counts.binary_search_by_key(&rif, |&(value, _)| value) {
+            Ok(i) => self.counts[i].1 += 1,
+            Err(i) => self.counts.insert(i, (rif, 1)),
+        }
     }
 
     fn forget(&mut self, value: u32) {
-        if let Some(count) = self.counts.get_mut(&value) {
-            *count -= 1;
-            if *count == 0 {
-                self.counts.remove(&value);
+        if let Ok(i) = self.counts.binary_search_by_key(&value, |&(v, _)| v) {
+            self.counts[i].1 -= 1;
+            if self.counts[i].1 == 0 {
+                self.counts.remove(i);
             }
         }
     }
@@ -108,10 +112,10 @@ impl RifHistory {
         let len = self.recent.len();
         let rank = ((q * len as f64).ceil() as usize).clamp(1, len);
         let mut seen = 0;
-        for (value, count) in &self.counts {
+        for &(value, count) in &self.counts {
             seen += count;
             if seen >= rank {
-                return Threshold::Above(*value);
+                return Threshold::Above(value);
             }
         }
         Threshold::AllCold
