@@ -19,6 +19,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use prequal_core::Time;
+use prequal_core::time::duration_nanos;
 
 /// A job's identity inside one [`CpuModel`]: its arrival number, plus its finish tag so that
 /// cancelling it finds it in the ordered set without a lookup table.
@@ -129,7 +130,7 @@ impl CpuModel {
         if now <= self.last {
             return;
         }
-        let dt = now.saturating_since(self.last).as_nanos() as f64;
+        let dt = duration_nanos(now.saturating_since(self.last)) as f64;
         let rate = self.rate();
         self.attained += rate * dt;
         self.busy_core_nanos += rate * dt * self.jobs.len() as f64;
@@ -176,7 +177,7 @@ impl CpuModel {
             let at = last + Duration::from_nanos(ceil_nanos(tag - attained, rate));
             // As `run_until(at)` then `pop_finished`.
             if at > last {
-                let dt = at.saturating_since(last).as_nanos() as f64;
+                let dt = duration_nanos(at.saturating_since(last)) as f64;
                 attained += rate * dt;
                 last = at;
             }
@@ -235,7 +236,7 @@ impl CpuModel {
     fn admit(&mut self, now: Time, work: Duration, overhead: bool, done: &mut Vec<JobId>) -> JobId {
         self.advance(now, done);
         let id = JobId {
-            tag: tag_key(self.attained + work.as_nanos() as f64),
+            tag: tag_key(self.attained + duration_nanos(work) as f64),
             seq: self.next_id,
             overhead,
         };
