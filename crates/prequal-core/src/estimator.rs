@@ -712,7 +712,12 @@ impl LoadTracker {
         // An idle replica's stale estimate fades. Queries in flight do not stop the fade: the
         // first queries that reach a shunned replica must not restore its stale latency before
         // any of them has finished, or it could be tried only one query at a time.
-        let mut latency = median.mul_f64(self.estimator.stale_factor(now));
+        let factor = self.estimator.stale_factor(now);
+        let mut latency = if factor < 1.0 {
+            median.mul_f64(factor)
+        } else {
+            median
+        };
         if self.estimator.config.in_flight_floor {
             // A query stuck for longer than any recent query took is a stall the median cannot
             // see yet: the report grows by as much as that query outlasts them.
