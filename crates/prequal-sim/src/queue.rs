@@ -98,6 +98,7 @@ impl<T> EventQueue<T> {
     }
 
     /// Puts an item whose key differs from `last` into its slot.
+    #[inline]
     fn file(&mut self, key: u64, item: T) {
         let (level, slot) = place(key, self.last);
         self.buckets[level * SLOTS + slot].push((key, item));
