@@ -41,11 +41,14 @@
 //! buckets per doubling (16-19, 20-23, 24-27, 28-31, 32-39, ...), so nearby RIFs share a bucket
 //! exactly where they behave alike. Each bucket is a ring of the last 32 samples, allocated once
 //! in [`LatencyEstimator::new`], plus one more ring of the newest 32 samples of any RIF.
-//! Recording writes two slots: O(1), no allocation. Estimating reads the fresh samples of the
-//! bucket of the current RIF and, while it has fewer than `min_samples`, widens to the
-//! neighbouring buckets on both sides (a bucket whose newest sample is stale is skipped without
-//! reading it); it keeps the samples inside the window (or the `min_samples` newest if too few
-//! are recent) and returns their median, selected in a stack buffer with `select_nth_unstable`.
+//! Recording writes two slots: O(1), no allocation. A ring holds its samples in recording
+//! order, and recording times never go backwards, so a ring is sorted by time: its fresh samples
+//! are a suffix found by a search, and its newest are at its end. Estimating copies the fresh
+//! samples of the bucket of the current RIF to a stack buffer and, while it has fewer than
+//! `min_samples`, widens to the neighbouring buckets on both sides (a bucket whose newest sample
+//! is stale is skipped without reading it), each bucket's samples one sorted run; it keeps the
+//! samples inside the window (or the `min_samples` newest, merged from the runs' ends, if too
+//! few are recent) and returns their median, sorting at most 64 latencies.
 //! With too few fresh samples anywhere it takes the newest of the any-RIF ring. That is a bounded
 //! amount of work however long the replica has run. Repeated probes between two finishes
 //! are cheaper still: each bucket remembers its last estimate for as long as it provably holds

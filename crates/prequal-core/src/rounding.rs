@@ -18,7 +18,7 @@ const FLOOR_SLACK: f64 = 1e-9;
 
 /// Rounds a fractional per-event rate into whole counts whose running total never drifts.
 ///
-/// The `k`-th call to [`RateRounder::next`] returns `floor(k·rate) − floor((k−1)·rate)`, which
+/// The `k`-th call to [`RateRounder::next_count`] returns `floor(k·rate) − floor((k−1)·rate)`, which
 /// is always `floor(rate)` or `ceil(rate)`. The total is computed from the event count rather
 /// than accumulated, so floating-point error cannot build up over a long run.
 #[derive(Clone, Debug, PartialEq)]
