@@ -10,12 +10,13 @@
 //! The state machine uses the classic virtual-time trick for processor sharing: a single
 //! counter `attained` measures how much work every job in flight has received; a job that
 //! arrives with work `w` finishes when `attained` reaches `attained_at_arrival + w`. Jobs are
-//! kept ordered by that finish tag, so arrivals, completions and capacity changes are
-//! O(log n). The model never reads a clock: the driver passes `now` (virtual time in the
+//! kept in a deque sorted by that finish tag: a completion takes the front, an arrival finds
+//! its place by binary search (a replica has a handful of jobs in flight, so opening the place
+//! costs little), and a capacity change touches no job at all. The model never reads a clock: the driver passes `now` (virtual time in the
 //! simulator, elapsed real time in the live backend) and asks [`CpuModel::next_completion`]
 //! when to come back.
 
-use std::collections::BTreeSet;
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use prequal_core::Time;
@@ -55,8 +56,10 @@ pub struct CpuModel {
     per_job_cores: f64,
     attained: f64,
     last: Time,
-    /// Jobs in flight, ordered by finish tag, then arrival.
-    jobs: BTreeSet<JobId>,
+    /// Jobs in flight, ordered by finish tag, then arrival. A sorted deque: a replica has a
+    /// handful of jobs in flight, the next to finish leaves from the front, and a new job's
+    /// place is found by binary search and opened by shifting the shorter side.
+    jobs: VecDeque<JobId>,
     next_id: u64,
     busy_core_nanos: f64,
 }
@@ -93,7 +96,7 @@ impl CpuModel {
             },
             attained: 0.0,
             last: Time::ZERO,
-            jobs: BTreeSet::new(),
+            jobs: VecDeque::new(),
             next_id: 0,
             busy_core_nanos: 0.0,
         }
@@ -139,7 +142,7 @@ impl CpuModel {
 
     /// When the next job finishes at the current capacity, if any job can finish.
     pub fn next_completion(&self) -> Option<Time> {
-        let tag = self.jobs.first()?.tag;
+        let tag = self.jobs.front()?.tag;
         let rate = self.rate();
         if rate <= 0.0 {
             return None;
@@ -160,7 +163,7 @@ impl CpuModel {
     /// observable happens when an overhead job finishes, so a simulator need not schedule those
     /// wake-ups.
     pub fn next_awaited_completion(&self) -> Option<Time> {
-        let first = self.jobs.first()?;
+        let first = self.jobs.front()?;
         if !first.overhead {
             return self.next_completion();
         }
@@ -211,11 +214,11 @@ impl CpuModel {
     }
 
     fn pop_finished(&mut self, done: &mut Vec<JobId>) {
-        while let Some(&id) = self.jobs.first() {
+        while let Some(&id) = self.jobs.front() {
             if f64::from_bits(id.tag) > self.attained + EPSILON_WORK {
                 break;
             }
-            self.jobs.pop_first();
+            self.jobs.pop_front();
             done.push(id);
         }
     }
@@ -241,14 +244,18 @@ impl CpuModel {
             overhead,
         };
         self.next_id += 1;
-        self.jobs.insert(id);
+        let at = self.jobs.partition_point(|j| *j < id);
+        self.jobs.insert(at, id);
         id
     }
 
     /// Removes a job before it finished (its query timed out). Returns false if unknown.
     pub fn cancel(&mut self, now: Time, job: JobId, done: &mut Vec<JobId>) -> bool {
         self.advance(now, done);
-        self.jobs.remove(&job)
+        match self.jobs.binary_search(&job) {
+            Ok(at) => self.jobs.remove(at).is_some(),
+            Err(_) => false,
+        }
     }
 
     /// Changes the cores available from `now` on (antagonists came or went, an episode began).
