@@ -9,8 +9,8 @@ use rand::rngs::SmallRng;
 use rand_distr::{Distribution as _, Exp1};
 
 use super::expiry::Expiries;
+use super::slab::Slab;
 use super::{Event, Sim};
-use crate::hash::IdMap;
 use crate::scenario::Arrivals;
 
 /// One query a client has issued and not yet finished.
@@ -43,7 +43,8 @@ pub(super) struct Client {
     rng: SmallRng,
     slots: Vec<Slot>,
     free: Vec<u32>,
-    probes: IdMap<u64, PendingProbe>,
+    /// Probes in flight, under the keys their events carry.
+    probes: Slab<PendingProbe>,
     timer: Option<Time>,
     deadlines: Expiries,
     probe_timeouts: Expiries,
@@ -60,7 +61,7 @@ impl Client {
             rng,
             slots: Vec::new(),
             free: Vec::new(),
-            probes: IdMap::default(),
+            probes: Slab::default(),
             timer: None,
             deadlines: Expiries::default(),
             probe_timeouts: Expiries::default(),
@@ -273,16 +274,13 @@ impl Sim<'_> {
             };
             let timeout = client.policy.probe_timeout();
             let (out, back) = (self.delay(true), self.delay(true));
-            let (server, id) = (probe.replica.0, probe.id.0);
+            let server = probe.replica.0;
             let client = &mut self.clients[c as usize];
-            client.probes.insert(
-                id,
-                PendingProbe {
-                    request: probe,
-                    reply_delay: back,
-                    report: None,
-                },
-            );
+            let id = client.probes.insert(PendingProbe {
+                request: probe,
+                reply_delay: back,
+                report: None,
+            });
             self.queue.push(
                 now + out,
                 Event::ProbeAtServer {
@@ -336,7 +334,7 @@ impl Sim<'_> {
         probe: u64,
         report: prequal_core::LoadReport,
     ) {
-        if let Some(entry) = self.clients[c as usize].probes.get_mut(&probe) {
+        if let Some(entry) = self.clients[c as usize].probes.get_mut(probe) {
             entry.report = Some(report);
             let at = self.now + entry.reply_delay;
             self.queue.push(at, Event::ProbeReply { client: c, probe });
@@ -350,7 +348,7 @@ impl Sim<'_> {
             request,
             report: Some(report),
             ..
-        }) = client.probes.remove(&probe)
+        }) = client.probes.remove(probe)
         {
             client
                 .policy
@@ -363,7 +361,7 @@ impl Sim<'_> {
         let mut due = std::mem::take(&mut self.expired);
         let client = &mut self.clients[c as usize];
         let probes = &client.probes;
-        let pending = |p: u64| probes.contains_key(&p);
+        let pending = |p: u64| probes.contains(p);
         if let Some(at) = client.probe_timeouts.pop_due(self.now, &mut due, pending) {
             self.queue.push(at, Event::ProbeTimeout(c));
         }
@@ -377,7 +375,7 @@ impl Sim<'_> {
     fn on_probe_timeout(&mut self, c: u32, probe: u64) {
         let now = self.now;
         let client = &mut self.clients[c as usize];
-        if let Some(pending) = client.probes.remove(&probe) {
+        if let Some(pending) = client.probes.remove(probe) {
             client.policy.on_probe_failure(&pending.request, now);
             self.service_client(c);
         }

@@ -21,6 +21,7 @@
 mod client;
 mod expiry;
 mod server;
+mod slab;
 mod wakes;
 
 use std::time::Duration;
