@@ -74,6 +74,11 @@ fn tag_key(tag: f64) -> u64 {
 /// baseline x86-64 target makes for `ceil`.
 fn ceil_nanos(remaining: f64, rate: f64) -> u64 {
     let x = remaining.max(0.0) / rate;
+    if x < 4e18 {
+        // The common case, through the signed conversions the hardware has (x >= 0 here).
+        let whole = x as i64;
+        return whole as u64 + u64::from((whole as f64) < x);
+    }
     let whole = x as u64;
     // `as` truncates (and saturates); below 2^64 a fraction left means one more nanosecond.
     if (whole as f64) < x {
