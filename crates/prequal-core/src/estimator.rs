@@ -504,7 +504,11 @@ impl Runs {
 
     /// The start of run `r` in `buf`.
     fn start(&self, r: usize) -> usize {
-        if r == 0 { 0 } else { usize::from(self.ends[r - 1]) }
+        if r == 0 {
+            0
+        } else {
+            usize::from(self.ends[r - 1])
+        }
     }
 
     /// Copies the latencies of the samples recorded at or after `since` into `out`; returns

@@ -305,11 +305,8 @@ mod properties {
         now: u64,
     ) -> Option<Estimate> {
         let last_ring = |of: &dyn Fn(u32) -> bool| -> Vec<(u64, u64)> {
-            let kept: Vec<(u64, u64)> = log
-                .iter()
-                .filter(|r| of(r.0))
-                .map(|r| (r.2, r.1))
-                .collect();
+            let kept: Vec<(u64, u64)> =
+                log.iter().filter(|r| of(r.0)).map(|r| (r.2, r.1)).collect();
             kept[kept.len().saturating_sub(RING)..].to_vec()
         };
         let nanos = |d: Duration| d.as_nanos() as u64;
