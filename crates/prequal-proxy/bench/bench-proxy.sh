@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Proxy overhead benchmark, in one run: wrk against a trivial backend directly, through
 # the prequal proxy (once per policy in $POLICIES; the library's zero-config example, the same
-# data path as `prequal proxy --listen`), and through HAProxy, all on 127.0.0.1.
+# data path as `prequal proxy --listen`), through HAProxy, and through nginx when it is
+# installed (skipped with a note otherwise), all on 127.0.0.1.
 #
 # Two measurements per contender:
 #  1. latency at about 1000 rps: wrk with 10 connections, each pausing 10 ms between requests
 #     (wrk has no fixed-rate mode, so the rate is ~1000 rps minus the service time); p50 and p99
 #     minus the direct run's are the latency the proxy adds;
 #  2. the maximum rate: wrk flat out with $CONNS connections; requests served divided by the
-#     proxy process's CPU seconds (user + system, from /proc) over the run. For prequal, the
+#     proxy's CPU seconds (user + system, from /proc, over the process and its children, so
+#     nginx's workers count) over the run. For prequal, the
 #     proxy's own /metrics give the probes sent per request in that run.
 #
 # The whole set runs $RUNS times, contenders interleaved, so that load from elsewhere on the
@@ -26,7 +28,7 @@ RUNS=${RUNS:-3}
 CONNS=${CONNS:-32}
 POLICIES=${POLICIES:-"prequal round-robin"}
 TARGET=${CARGO_TARGET_DIR:-target}
-B1=19101 B2=19102 PROXY=19180 HAPROXY=19181 ADMIN=19182
+B1=19101 B2=19102 PROXY=19180 HAPROXY=19181 ADMIN=19182 NGINX=19183
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
@@ -65,6 +67,42 @@ backend be
     server s2 127.0.0.1:$B2
 CFG
 
+NGINX_NAME=""
+if command -v nginx >/dev/null; then
+    NGINX_NAME="nginx $(nginx -v 2>&1 | sed 's|.*/||')"
+    mkdir -p "$WORK/nginx"
+    cat >"$WORK/nginx.conf" <<CFG
+daemon off;
+worker_processes auto;
+pid $WORK/nginx/nginx.pid;
+error_log stderr warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $WORK/nginx/body;
+    proxy_temp_path $WORK/nginx/proxy;
+    fastcgi_temp_path $WORK/nginx/fastcgi;
+    uwsgi_temp_path $WORK/nginx/uwsgi;
+    scgi_temp_path $WORK/nginx/scgi;
+    upstream be {
+        server 127.0.0.1:$B1;
+        server 127.0.0.1:$B2;
+        keepalive 64;
+    }
+    server {
+        listen 127.0.0.1:$NGINX;
+        location / {
+            proxy_pass http://be;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+    }
+}
+CFG
+else
+    echo "nginx not installed: its rows are skipped (apt-get install -y nginx)"
+fi
+
 # Prints "p50_us p99_us rps" from a paced wrk run.
 paced() {
     local out
@@ -75,8 +113,14 @@ paced() {
         END {printf "%.0f %.0f %.0f\n", p50, p99, rps}'
 }
 
-# CPU ticks (user + system) of a process.
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# CPU ticks (user + system) of a process and its children (nginx's workers).
+ticks() {
+    local total=0 p
+    for p in "$1" $(pgrep -P "$1" || true); do
+        total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)))
+    done
+    echo "$total"
+}
 
 # Prints "rps requests cpu_seconds" from a flat-out wrk run, CPU measured on pid $2.
 flat() {
@@ -143,6 +187,13 @@ for run in $(seq "$RUNS"); do
     wait_port $HAPROXY
     report "$HAPROXY_NAME" $HAPROXY "$pid"
     kill "$pid"; wait "$pid" 2>/dev/null || true
+    if [ -n "$NGINX_NAME" ]; then
+        start nginx -c "$WORK/nginx.conf" -p "$WORK/nginx"
+        pid=$LAST
+        wait_port $NGINX
+        report "$NGINX_NAME" $NGINX "$pid"
+        kill "$pid"; wait "$pid" 2>/dev/null || true
+    fi
 done
 
 echo
