@@ -2,6 +2,10 @@
 //! `estimate` in its high-rate (window) and low-rate (newest K) regimes, and a query's full
 //! `LoadTracker` cycle (arrival, finish, report).
 //!
+//! An estimate repeated with nothing recorded in between is a memo lookup, so each `estimate`
+//! iteration first records one sample where the estimate will read it (one step of the
+//! regime's rate later) and then estimates: a fresh computation every time, plus one `record`.
+//!
 //! Run: `cargo bench -p prequal-core --bench estimator -- --warm-up-time 1 --measurement-time 3`
 
 // criterion_group! expands to an undocumented public function.
@@ -41,29 +45,42 @@ fn estimator(c: &mut Criterion) {
     });
 
     // 100k completions a second: each bucket's ring is within the 10 ms window.
-    let (est, now) = filled(Duration::from_micros(10));
     let mut rif = 0u32;
+    let gap = Duration::from_micros(10);
+    let (mut est, mut now) = filled(gap);
     group.bench_function("estimate/high-rate", |b| {
         b.iter(|| {
             rif = (rif + 7) % RIF_SPREAD;
+            now = now + gap;
+            est.record(rif, Duration::from_micros(700), now);
             black_box(est.estimate(black_box(rif), now))
         })
     });
 
     // 10 completions a second: nothing is within the window and fewer than 16 samples are
     // younger than `max_age`, so every bucket is visited and the newest 16 of any RIF decide.
-    let (est, now) = filled(Duration::from_millis(100));
+    let gap = Duration::from_millis(100);
+    let (mut est, mut now) = filled(gap);
     group.bench_function("estimate/low-rate", |b| {
         b.iter(|| {
             rif = (rif + 7) % RIF_SPREAD;
+            now = now + gap;
+            est.record(rif, Duration::from_micros(700), now);
             black_box(est.estimate(black_box(rif), now))
         })
     });
 
     // A RIF far from every sample, at the low rate: the search widens across every bucket.
+    let (mut est, mut now) = filled(gap);
     group.bench_function("estimate/far-rif", |b| {
-        b.iter(|| black_box(est.estimate(black_box(1_000_000), now)))
+        b.iter(|| {
+            rif = (rif + 7) % RIF_SPREAD;
+            now = now + gap;
+            est.record(rif, Duration::from_micros(700), now);
+            black_box(est.estimate(black_box(1_000_000), now))
+        })
     });
+
     group.finish();
 }
 

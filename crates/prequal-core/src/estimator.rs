@@ -385,7 +385,7 @@ impl LatencyEstimator {
                     .max_age
                     .saturating_add(self.config.stale_half_life),
             );
-            runs = Runs::new();
+            runs.clear();
             runs.push_run(self.newest.in_order(), 0);
             let samples = &runs.buf[..runs.len];
             let after_gap = (1..samples.len())
@@ -470,6 +470,12 @@ impl Runs {
             ends: [0; GATHER],
             count: 0,
         }
+    }
+
+    /// Forgets every run (the buffer's contents are overwritten by the next ones).
+    fn clear(&mut self) {
+        self.len = 0;
+        self.count = 0;
     }
 
     /// Appends the samples recorded at or after `oldest` as one run. Never overflows: the
