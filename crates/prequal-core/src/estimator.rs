@@ -52,8 +52,8 @@
 //! With too few fresh samples anywhere it takes the newest of the any-RIF ring. That is a bounded
 //! amount of work however long the replica has run. Repeated probes between two finishes
 //! are cheaper still: each bucket remembers its last estimate for as long as it provably holds
-//! (until a sample is recorded into a bucket it read, or a sample it used leaves the window or
-//! goes stale), so a repeat costs a lookup and returns exactly what a fresh computation would.
+//! (until a sample is recorded into a bucket it read, a sample it gathered goes stale, or, when
+//! the window chose its samples, one of them leaves the window), so a repeat costs a lookup and returns exactly what a fresh computation would.
 //!
 //! [`LoadTracker`] combines the RIF counter, the estimator, and bucketed counters of completions
 //! and errors over [`EstimatorConfig::rate_window`] (default 1 s) into a [`LoadReport`].
@@ -354,8 +354,8 @@ impl LatencyEstimator {
     }
 
     /// The estimate for bucket `center` at `now`, and the last instant at which it still holds
-    /// if nothing is recorded meanwhile (when the first sample used leaves the window or goes
-    /// stale; see [`memo`]).
+    /// if nothing is recorded meanwhile (when the first sample gathered goes stale or, if the
+    /// window chose the samples, the first of them leaves it; see [`memo`]).
     #[cfg(test)]
     fn compute(&self, center: usize, now: u64) -> (Option<Estimate>, u64) {
         let (value, until, _) = self.compute_with_span(center, now);

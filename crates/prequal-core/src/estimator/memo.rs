@@ -7,8 +7,11 @@
 //! `max_age`) and which are inside the window. Time only moves forward, so a sample can only
 //! *leave* those sets. The estimate therefore stays exactly the same from the moment it was
 //! computed until either a sample is recorded into one of the buckets it visited (or into any
-//! bucket, if it used the any-RIF fallback) or the first of the samples it used crosses one of
-//! the two boundaries (`until`). A sample recorded into a bucket the gather never reached
+//! bucket, if it used the any-RIF fallback) or a boundary is crossed that matters (`until`):
+//! the first gathered sample going stale, and, only when at least `min_samples` were inside the
+//! window and so chose the estimate, the first of those leaving it. With fewer inside, the
+//! estimate uses the newest `min_samples` (or all) whatever the window holds, and fewer still
+//! will be inside later, so samples leaving the window change nothing. A sample recorded into a bucket the gather never reached
 //! cannot change which buckets it visits or what it copies, since the visit order is fixed and
 //! stops on a count of what was already copied. The memo stores that interval and that span
 //! of buckets; a hit returns the very value a fresh computation would, so results are identical

@@ -12,9 +12,9 @@
 //! arrives with work `w` finishes when `attained` reaches `attained_at_arrival + w`. Jobs are
 //! kept in a deque sorted by that finish tag: a completion takes the front, an arrival finds
 //! its place by binary search (a replica has a handful of jobs in flight, so opening the place
-//! costs little), and a capacity change touches no job at all. The model never reads a clock: the driver passes `now` (virtual time in the
-//! simulator, elapsed real time in the live backend) and asks [`CpuModel::next_completion`]
-//! when to come back.
+//! costs little), and a capacity change touches no job at all. The model never reads a clock:
+//! the driver passes `now` (virtual time in the simulator, elapsed real time in the live
+//! backend) and asks [`CpuModel::next_completion`] when to come back.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -23,7 +23,7 @@ use prequal_core::Time;
 use prequal_core::time::duration_nanos;
 
 /// A job's identity inside one [`CpuModel`]: its arrival number, plus its finish tag so that
-/// cancelling it finds it in the ordered set without a lookup table.
+/// cancelling it finds it in the sorted deque without a lookup table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct JobId {
     /// Finish tag ([`tag_key`] of the attained work at which it finishes).
@@ -74,6 +74,7 @@ fn tag_key(tag: f64) -> u64 {
 /// baseline x86-64 target makes for `ceil`.
 fn ceil_nanos(remaining: f64, rate: f64) -> u64 {
     let x = remaining.max(0.0) / rate;
+    debug_assert!(x >= 0.0 || x.is_nan(), "callers pass a positive rate");
     if x < 4e18 {
         // The common case, through the signed conversions the hardware has (x >= 0 here).
         let whole = x as i64;
