@@ -14,10 +14,8 @@ use super::{Event, Sim};
 use crate::scenario::Arrivals;
 
 /// One query a client has issued and not yet finished.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 struct Slot {
-    generation: u32,
-    live: bool,
     replica: u32,
     issued: Time,
     dispatched: Option<Time>,
@@ -41,8 +39,8 @@ struct PendingProbe {
 pub(super) struct Client {
     pub(super) policy: Box<dyn Policy>,
     rng: SmallRng,
-    slots: Vec<Slot>,
-    free: Vec<u32>,
+    /// Queries in flight; a query's id is its key here.
+    queries: Slab<Slot>,
     /// Probes in flight, under the keys their events carry.
     probes: Slab<PendingProbe>,
     timer: Option<Time>,
@@ -50,17 +48,12 @@ pub(super) struct Client {
     probe_timeouts: Expiries,
 }
 
-fn query_id(slot: u32, generation: u32) -> u64 {
-    u64::from(generation) << 32 | u64::from(slot)
-}
-
 impl Client {
     pub(super) fn new(policy: Box<dyn Policy>, rng: SmallRng) -> Self {
         Client {
             policy,
             rng,
-            slots: Vec::new(),
-            free: Vec::new(),
+            queries: Slab::default(),
             probes: Slab::default(),
             timer: None,
             deadlines: Expiries::default(),
@@ -69,41 +62,20 @@ impl Client {
     }
 
     fn open(&mut self, now: Time) -> u64 {
-        let slot = self.free.pop().unwrap_or_else(|| {
-            self.slots.push(Slot::default());
-            (self.slots.len() - 1) as u32
-        });
-        let s = &mut self.slots[slot as usize];
-        s.generation = s.generation.wrapping_add(1);
-        s.live = true;
-        s.issued = now;
-        s.dispatched = None;
-        s.server_slot = None;
-        s.report = None;
-        query_id(slot, s.generation)
-    }
-
-    fn get(&self, query: u64) -> Option<&Slot> {
-        let s = self.slots.get((query & 0xFFFF_FFFF) as usize)?;
-        (s.live && s.generation == (query >> 32) as u32).then_some(s)
-    }
-
-    fn get_mut(&mut self, query: u64) -> Option<&mut Slot> {
-        let s = self.slots.get_mut((query & 0xFFFF_FFFF) as usize)?;
-        (s.live && s.generation == (query >> 32) as u32).then_some(s)
-    }
-
-    fn close(&mut self, query: u64) -> Option<Slot> {
-        let slot = *self.get(query)?;
-        let index = (query & 0xFFFF_FFFF) as u32;
-        self.slots[index as usize].live = false;
-        self.free.push(index);
-        Some(slot)
+        self.queries.insert(Slot {
+            replica: 0,
+            issued: now,
+            dispatched: None,
+            server_slot: None,
+            report: None,
+        })
     }
 
     /// True when `query` is still waiting for its response (the replica drops it otherwise).
     pub(super) fn in_flight(&self, query: u64) -> bool {
-        self.get(query).is_some_and(|s| s.dispatched.is_some())
+        self.queries
+            .get(query)
+            .is_some_and(|s| s.dispatched.is_some())
     }
 }
 
@@ -153,7 +125,7 @@ impl Sim<'_> {
     }
 
     fn no_replica(&mut self, c: u32, query: u64) {
-        if let Some(slot) = self.clients[c as usize].close(query) {
+        if let Some(slot) = self.clients[c as usize].queries.remove(query) {
             self.recorder.query(slot.issued, None, None);
         }
     }
@@ -161,7 +133,7 @@ impl Sim<'_> {
     fn dispatch(&mut self, c: u32, query: u64, replica: ReplicaId) {
         let now = self.now;
         let client = &mut self.clients[c as usize];
-        let Some(slot) = client.get_mut(query) else {
+        let Some(slot) = client.queries.get_mut(query) else {
             return;
         };
         slot.replica = replica.0;
@@ -190,7 +162,7 @@ impl Sim<'_> {
     fn complete(&mut self, c: u32, query: u64, outcome: Outcome) {
         let now = self.now;
         let client = &mut self.clients[c as usize];
-        let Some(slot) = client.close(query) else {
+        let Some(slot) = client.queries.remove(query) else {
             return;
         };
         let Some(sent) = slot.dispatched else {
@@ -227,12 +199,8 @@ impl Sim<'_> {
     pub(super) fn on_deadlines(&mut self, c: u32) {
         let mut due = std::mem::take(&mut self.expired);
         let client = &mut self.clients[c as usize];
-        let slots = &client.slots;
-        let waiting = |q: u64| {
-            slots
-                .get((q & 0xFFFF_FFFF) as usize)
-                .is_some_and(|s| s.live && s.generation == (q >> 32) as u32)
-        };
+        let queries = &client.queries;
+        let waiting = |q: u64| queries.contains(q);
         if let Some(at) = client.deadlines.pop_due(self.now, &mut due, waiting) {
             self.queue.push(at, Event::Deadline(c));
         }
@@ -244,7 +212,7 @@ impl Sim<'_> {
     }
 
     fn on_deadline(&mut self, c: u32, query: u64) {
-        let Some(slot) = self.clients[c as usize].get(query).copied() else {
+        let Some(slot) = self.clients[c as usize].queries.get(query).copied() else {
             return;
         };
         if let Some(server_slot) = slot.server_slot {
@@ -388,14 +356,14 @@ impl Sim<'_> {
 
     /// Attaches the replica's load report to the response of `query`.
     pub(super) fn attach_report(&mut self, c: u32, query: u64, report: prequal_core::LoadReport) {
-        if let Some(s) = self.clients[c as usize].get_mut(query) {
+        if let Some(s) = self.clients[c as usize].queries.get_mut(query) {
             s.report = Some(report);
         }
     }
 
     /// Remembers where the replica keeps `query`, so a deadline can cancel it there.
     pub(super) fn note_server_slot(&mut self, c: u32, query: u64, server_slot: u32) {
-        if let Some(s) = self.clients[c as usize].get_mut(query) {
+        if let Some(s) = self.clients[c as usize].queries.get_mut(query) {
             s.server_slot = Some(server_slot);
         }
     }

@@ -1,8 +1,8 @@
 //! A slab of values under generation-checked keys.
 //!
-//! Events name what they concern by key: a probe's reply or timeout may come due after the
-//! probe was settled and its slot reused, so a key carries its slot's generation and a stale
-//! key finds nothing. A slot and its generation pack into one `u64`.
+//! Events name what they concern by key: a query's response or deadline, or a probe's reply or
+//! timeout, may come due after it was settled and its slot reused, so a key carries its slot's
+//! generation and a stale key finds nothing. A slot and its generation pack into one `u64`.
 
 /// Values in reusable slots; see the module docs.
 #[derive(Debug)]
@@ -38,6 +38,15 @@ impl<T> Slab<T> {
     }
 
     /// The value under `key`, if it is still there.
+    pub(super) fn get(&self, key: u64) -> Option<&T> {
+        let (index, generation) = split(key);
+        match self.slots.get(index) {
+            Some((g, value)) if *g == generation => value.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The value under `key`, mutably, if it is still there.
     pub(super) fn get_mut(&mut self, key: u64) -> Option<&mut T> {
         let (index, generation) = split(key);
         match self.slots.get_mut(index) {
@@ -81,6 +90,7 @@ mod tests {
         let b = slab.insert('b');
         assert_ne!(a, b, "the slot is reused under a new generation");
         assert_eq!(slab.get_mut(a), None);
+        assert_eq!(slab.get(a), None);
         assert_eq!(slab.remove(a), None);
         assert_eq!(slab.get_mut(b).copied(), Some('b'));
         assert_eq!(slab.remove(b), Some('b'));
