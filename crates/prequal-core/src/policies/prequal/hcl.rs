@@ -54,16 +54,38 @@ impl Threshold {
     }
 }
 
+/// RIF values below this are counted in a dense array; larger ones in a sorted list.
+const DENSE: usize = 64;
+// The dense counts are bytes.
+const _: () = assert!(HISTORY_LEN <= u8::MAX as usize);
+
 /// A bounded history of recently reported RIF values.
 ///
-/// The values are kept twice: in arrival order, to know which to forget, and as a multiset
-/// (distinct values in increasing order, each with its count), so a quantile is a walk over
-/// the distinct values (a handful in practice) instead of a sort of the whole history on every
-/// decision.
-#[derive(Clone, Debug, Default)]
+/// The values are kept twice: in arrival order, to know which to forget, and as a multiset, so
+/// a quantile is a walk over counts instead of a sort of the whole history on every decision.
+/// The multiset counts small values (the common case: a balanced replica has a handful of
+/// requests in flight) in a dense array indexed by value, and larger ones as (value, count)
+/// pairs in increasing order.
+#[derive(Clone, Debug)]
 pub struct RifHistory {
     recent: VecDeque<u32>,
-    counts: Vec<(u32, usize)>,
+    /// `dense[v]` = how many held values equal `v`, for `v < DENSE` (at most `HISTORY_LEN`).
+    dense: [u8; DENSE],
+    /// How many held values are below `DENSE`.
+    dense_total: usize,
+    /// Distinct values of at least `DENSE`, increasing, each with its count.
+    sparse: Vec<(u32, usize)>,
+}
+
+impl Default for RifHistory {
+    fn default() -> Self {
+        Self {
+            recent: VecDeque::with_capacity(HISTORY_LEN),
+            dense: [0; DENSE],
+            dense_total: 0,
+            sparse: Vec::new(),
+        }
+    }
 }
 
 impl RifHistory {
@@ -75,17 +97,27 @@ impl RifHistory {
             }
         }
         self.recent.push_back(rif);
-        match self.counts.binary_search_by_key(&rif, |&(value, _)| value) {
-            Ok(i) => self.counts[i].1 += 1,
-            Err(i) => self.counts.insert(i, (rif, 1)),
+        if let Some(count) = self.dense.get_mut(rif as usize) {
+            *count += 1;
+            self.dense_total += 1;
+            return;
+        }
+        match self.sparse.binary_search_by_key(&rif, |&(value, _)| value) {
+            Ok(i) => self.sparse[i].1 += 1,
+            Err(i) => self.sparse.insert(i, (rif, 1)),
         }
     }
 
     fn forget(&mut self, value: u32) {
-        if let Ok(i) = self.counts.binary_search_by_key(&value, |&(v, _)| v) {
-            self.counts[i].1 -= 1;
-            if self.counts[i].1 == 0 {
-                self.counts.remove(i);
+        if let Some(count) = self.dense.get_mut(value as usize) {
+            *count -= 1;
+            self.dense_total -= 1;
+            return;
+        }
+        if let Ok(i) = self.sparse.binary_search_by_key(&value, |&(v, _)| v) {
+            self.sparse[i].1 -= 1;
+            if self.sparse[i].1 == 0 {
+                self.sparse.remove(i);
             }
         }
     }
@@ -112,7 +144,16 @@ impl RifHistory {
         let len = self.recent.len();
         let rank = ((q * len as f64).ceil() as usize).clamp(1, len);
         let mut seen = 0;
-        for &(value, count) in &self.counts {
+        if rank <= self.dense_total {
+            for (value, &count) in self.dense.iter().enumerate() {
+                seen += usize::from(count);
+                if seen >= rank {
+                    return Threshold::Above(value as u32);
+                }
+            }
+        }
+        seen = self.dense_total;
+        for &(value, count) in &self.sparse {
             seen += count;
             if seen >= rank {
                 return Threshold::Above(value);
@@ -234,7 +275,7 @@ mod tests {
         /// The multiset walk gives the same nearest-rank quantile as sorting the history.
         #[test]
         fn quantile_matches_a_sort(
-            values in proptest::collection::vec(0u32..30, 1..400),
+            values in proptest::collection::vec(prop_oneof![0u32..30, 0u32..200], 1..400),
             q in 0.01f64..0.99,
         ) {
             let h = history(&values);
