@@ -208,6 +208,12 @@ impl CpuModel {
     /// Advances to `now`, appending every job that finished by then to `done` in finishing
     /// order. Call it before any other change at `now`.
     pub fn advance(&mut self, now: Time, done: &mut Vec<JobId>) {
+        if now <= self.last {
+            // Time stands still (a second call at one instant): every completion due is
+            // already popped, except jobs that arrived with no work left, which are due now.
+            self.pop_finished(done);
+            return;
+        }
         while let Some(at) = self.next_completion() {
             if at > now {
                 break;
