@@ -272,6 +272,8 @@ fn bucket_of(rif: u32) -> usize {
 pub struct LatencyEstimator {
     config: EstimatorConfig,
     buckets: Box<[Bucket]>,
+    /// The highest bucket that has ever held a sample.
+    top: usize,
     /// The newest samples of any RIF: the fallback when no RIF has enough fresh ones.
     newest: Bucket,
     /// Estimates already computed, reused while provably unchanged.
@@ -289,6 +291,7 @@ impl LatencyEstimator {
         Self {
             config,
             buckets: vec![Bucket::default(); BUCKETS].into_boxed_slice(),
+            top: 0,
             newest: Bucket::default(),
             memo: Memo::new(BUCKETS),
         }
@@ -312,6 +315,7 @@ impl LatencyEstimator {
         };
         let bucket = bucket_of(rif_at_arrival);
         self.buckets[bucket].push(sample);
+        self.top = self.top.max(bucket);
         self.newest.push(sample);
         self.memo.invalidate(bucket);
     }
@@ -429,6 +433,11 @@ impl LatencyEstimator {
         let (mut lo, mut hi) = (center, center);
         let mut distance = 1;
         while runs.len < wanted && distance < BUCKETS {
+            if distance > center && center + distance > self.top {
+                // Nothing is left to visit but buckets that never held a sample: the walk
+                // would end at both ends without adding anything.
+                return (0, BUCKETS - 1);
+            }
             if let Some(below) = center.checked_sub(distance) {
                 self.copy_fresh(below, oldest, runs);
                 lo = below;
