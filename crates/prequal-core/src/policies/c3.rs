@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use super::prequal::aversion::{Aversion, ReplicaLoad};
 use super::prequal::params;
 use super::prequal::pool::Entry;
-use super::prequal::probing::{AsyncProbing, ProbingParams, Rank, Rule};
+use super::prequal::probing::{AsyncProbing, ProbingParams, Rank, RankKey, Rule};
 use crate::config::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
 use crate::policy::{Completion, LoadReport, Policy};
 use crate::replica::{ReplicaChange, ReplicaId, Replicas};
@@ -252,6 +252,12 @@ impl Rule for C3Rule {
             key: score,
             tie: entry.latency.as_secs_f64(),
         }
+    }
+
+    type Key = RankKey;
+
+    fn key(&self, cx: &(), entry: &Entry, load: &ReplicaLoad) -> RankKey {
+        RankKey(self.rank(cx, entry, load))
     }
 
     fn values(&self, _cx: &()) -> Vec<(&'static str, f64)> {

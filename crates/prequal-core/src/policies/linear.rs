@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use super::prequal::aversion::{Aversion, ReplicaLoad};
 use super::prequal::params;
 use super::prequal::pool::Entry;
-use super::prequal::probing::{AsyncProbing, ProbingParams, Rank, Rule};
+use super::prequal::probing::{AsyncProbing, ProbingParams, Rank, RankKey, Rule};
 use crate::config::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
 use crate::policy::{LoadReport, Policy};
 use crate::replica::ReplicaId;
@@ -219,6 +219,12 @@ impl Rule for LinearRule {
             key: (1.0 - self.lambda) * latency + self.lambda * alpha * rif,
             tie: rif,
         }
+    }
+
+    type Key = RankKey;
+
+    fn key(&self, alpha: &f64, entry: &Entry, load: &ReplicaLoad) -> RankKey {
+        RankKey(self.rank(alpha, entry, load))
     }
 
     fn values(&self, alpha: &f64) -> Vec<(&'static str, f64)> {

@@ -17,7 +17,7 @@ use super::pool::Entry;
 use super::probing::{Rank, Rule};
 use crate::policy::LoadReport;
 use crate::replica::ReplicaId;
-use crate::time::Time;
+use crate::time::{Time, duration_nanos};
 
 /// How many recent reply RIFs the quantile is estimated from.
 pub const HISTORY_LEN: usize = 128;
@@ -183,6 +183,20 @@ pub fn hcl_rank(threshold: Threshold, rif: u32, latency: Duration) -> Rank {
     }
 }
 
+/// [`hcl_rank`] as one integer, ordered the same way: the hot flag in the top bit, then the
+/// main signal in the next 64 bits and the other one in the low 63 (latency in nanoseconds,
+/// capped at 2^63 - 1, about 292 years).
+pub fn hcl_key(threshold: Threshold, rif: u32, latency: Duration) -> u128 {
+    let hot = threshold.is_hot(rif);
+    let latency = u128::from(duration_nanos(latency).min(u64::MAX >> 1));
+    let rif = u128::from(rif);
+    if hot {
+        1 << 127 | rif << 63 | latency
+    } else {
+        latency << 63 | rif
+    }
+}
+
 /// The HCL selection rule for the async engine.
 #[derive(Clone, Debug)]
 pub struct Hcl {
@@ -214,6 +228,12 @@ impl Rule for Hcl {
 
     fn rank(&self, cx: &Threshold, entry: &Entry, _load: &ReplicaLoad) -> Rank {
         hcl_rank(*cx, entry.rif, entry.latency)
+    }
+
+    type Key = u128;
+
+    fn key(&self, cx: &Threshold, entry: &Entry, _load: &ReplicaLoad) -> u128 {
+        hcl_key(*cx, entry.rif, entry.latency)
     }
 
     fn values(&self, cx: &Threshold) -> Vec<(&'static str, f64)> {
@@ -284,6 +304,25 @@ mod tests {
             sorted.sort_unstable();
             let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
             prop_assert_eq!(h.threshold(q), Threshold::Above(sorted[rank - 1]));
+        }
+
+        /// The integer key orders replies exactly as the rank does.
+        #[test]
+        fn key_orders_like_rank(
+            a in (0u32..40, 0u64..5_000_000_000),
+            b in (0u32..40, 0u64..5_000_000_000),
+            limit in prop_oneof![Just(None), (0u32..40).prop_map(Some)],
+        ) {
+            let t = limit.map_or(Threshold::AllCold, Threshold::Above);
+            let (ra, rb) = (Duration::from_nanos(a.1), Duration::from_nanos(b.1));
+            let by_rank = hcl_rank(t, a.0, ra).order(&hcl_rank(t, b.0, rb));
+            prop_assert_eq!(hcl_key(t, a.0, ra).cmp(&hcl_key(t, b.0, rb)), by_rank);
+            // Equal signals from different sides of the threshold, and near-equal latencies.
+            let near = Duration::from_nanos(a.1 + 1);
+            prop_assert_eq!(
+                hcl_key(t, a.0, ra).cmp(&hcl_key(t, a.0, near)),
+                hcl_rank(t, a.0, ra).order(&hcl_rank(t, a.0, near))
+            );
         }
 
         /// Whenever a cold reply is present the minimum is cold; when all are hot the minimum

@@ -59,6 +59,31 @@ pub fn order_with_aversion(a: &(bool, Rank), b: &(bool, Rank)) -> Ordering {
     a.0.cmp(&b.0).then(a.1.order(&b.1))
 }
 
+/// A [`Rank`] as a sort key, ordered by [`Rank::order`]: the key of rules that have no cheaper
+/// one.
+#[derive(Clone, Copy, Debug)]
+pub struct RankKey(pub Rank);
+
+impl PartialEq for RankKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+
+impl Eq for RankKey {}
+
+impl PartialOrd for RankKey {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for RankKey {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.order(&other.0)
+    }
+}
+
 /// The replies a decision compared, ranked and formatted only when a trace subscriber asks
 /// for them.
 struct Candidates<'a, R: Rule>(&'a AsyncProbing<R>, &'a R::Context, Time);
@@ -110,6 +135,14 @@ pub trait Rule: fmt::Debug + Send + 'static {
 
     /// Ranks one reply; `load` is this client's own view of the replica.
     fn rank(&self, cx: &Self::Context, entry: &Entry, load: &ReplicaLoad) -> Rank;
+
+    /// What the engine compares to choose: ordered exactly as [`Rule::rank`] orders by
+    /// [`Rank::order`], and cheaper to compute and compare. Rules without a cheaper form use
+    /// [`RankKey`].
+    type Key: Ord + Copy;
+
+    /// The reply's sort key (smaller is better).
+    fn key(&self, cx: &Self::Context, entry: &Entry, load: &ReplicaLoad) -> Self::Key;
 
     /// Scalars for the snapshot.
     fn values(&self, cx: &Self::Context) -> Vec<(&'static str, f64)>;
@@ -216,6 +249,18 @@ impl<R: Rule> AsyncProbing<R> {
         }
     }
 
+    /// One reply's place in the order the engine chooses by: replies from avoided replicas
+    /// last, then by the rule's key. Orders like `rank_entry` does.
+    fn sort_key(&self, cx: &R::Context, entry: &Entry, now: Time) -> (bool, R::Key) {
+        match self.load_of(entry) {
+            Some(load) => (
+                load.avoided(now, &self.params.aversion),
+                self.rule.key(cx, entry, load),
+            ),
+            None => (true, self.rule.key(cx, entry, &ReplicaLoad::default())),
+        }
+    }
+
     /// Every reply with its avoided flag and rank, in pool order.
     fn ranked(&self, cx: &R::Context, now: Time) -> Vec<(bool, Rank)> {
         self.pool
@@ -229,14 +274,14 @@ impl<R: Rule> AsyncProbing<R> {
         if self.pool.len() < 2 {
             return None;
         }
-        let mut best: Option<(usize, (bool, Rank))> = None;
+        let mut best: Option<(usize, (bool, R::Key))> = None;
         for (index, entry) in self.pool.iter().enumerate().rev() {
-            let ranked = self.rank_entry(cx, entry, now);
-            if best.is_none_or(|(_, b)| order_with_aversion(&ranked, &b).is_lt()) {
-                best = Some((index, ranked));
+            let key = self.sort_key(cx, entry, now);
+            if best.is_none_or(|(_, b)| key < b) {
+                best = Some((index, key));
             }
         }
-        let (best, (avoided, rank)) = best?;
+        let (best, _) = best?;
         let entry = self.pool.get(best)?;
         tracing::trace!(
             policy = R::NAME,
@@ -244,9 +289,9 @@ impl<R: Rule> AsyncProbing<R> {
             chosen = %entry.replica,
             rif = entry.rif,
             latency_us = entry.latency.as_micros() as u64,
-            hot = rank.hot,
-            avoided,
-            key = rank.key,
+            hot = self.rank_entry(cx, entry, now).1.hot,
+            avoided = self.rank_entry(cx, entry, now).0,
+            key = self.rank_entry(cx, entry, now).1.key,
             "selected from pool"
         );
         Some(best)
@@ -254,11 +299,11 @@ impl<R: Rule> AsyncProbing<R> {
 
     /// The worst reply's index (ties go to the oldest).
     fn worst(&self, cx: &R::Context, now: Time) -> Option<usize> {
-        let mut worst: Option<(usize, (bool, Rank))> = None;
+        let mut worst: Option<(usize, (bool, R::Key))> = None;
         for (index, entry) in self.pool.iter().enumerate() {
-            let ranked = self.rank_entry(cx, entry, now);
-            if worst.is_none_or(|(_, w)| order_with_aversion(&ranked, &w).is_gt()) {
-                worst = Some((index, ranked));
+            let key = self.sort_key(cx, entry, now);
+            if worst.is_none_or(|(_, w)| key > w) {
+                worst = Some((index, key));
             }
         }
         worst.map(|(index, _)| index)
