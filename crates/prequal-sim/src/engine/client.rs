@@ -99,7 +99,7 @@ impl Sim<'_> {
                 Arrivals::Poisson => Exp1.sample(&mut self.clients[c as usize].rng),
                 Arrivals::Constant => 1.0,
             };
-            Duration::from_nanos((scale / per_client * 1e9).round().max(1.0) as u64)
+            Duration::from_nanos(crate::model::round_to_u64(scale / per_client * 1e9).max(1))
         };
         self.queue.push(now + gap, Event::Arrival(c));
     }

@@ -290,7 +290,7 @@ impl Distribution {
             Distribution::Empirical(samples) => samples[rng.random_range(0..samples.len())],
             Distribution::Sequence(samples, cursor) => samples[cursor.advance(samples.len(), rng)],
             Distribution::Scaled(base, factor) => {
-                (base.sample_nanos(rng) as f64 * factor).round() as u64
+                super::round_to_u64(base.sample_nanos(rng) as f64 * factor)
             }
         }
     }

@@ -337,11 +337,11 @@ impl ReplicaModel {
         let admission = match &mut self.kind {
             Kind::Latency(dist) => {
                 let nanos = dist.sample_nanos(rng) as f64 * fx.slow / self.speed;
-                Admission::After(Duration::from_nanos(nanos.round() as u64))
+                Admission::After(Duration::from_nanos(super::round_to_u64(nanos)))
             }
             Kind::Capacity { cost, cpu, .. } => {
                 let work = cost.sample_nanos(rng) as f64 * fx.slow;
-                Admission::Job(cpu.arrive(now, Duration::from_nanos(work.round() as u64), done))
+                Admission::Job(cpu.arrive(now, Duration::from_nanos(super::round_to_u64(work)), done))
             }
         };
         (admission, error)
