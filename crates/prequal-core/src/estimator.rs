@@ -368,6 +368,9 @@ impl LatencyEstimator {
 
     /// Like `compute`, also saying which buckets the estimate read.
     fn compute_with_span(&self, center: usize, now: u64) -> (Option<Estimate>, u64, Span) {
+        if let Some(computed) = self.compute_in_bucket(center, now) {
+            return computed;
+        }
         let mut runs = Runs::new();
         let (lo, hi) = self.gather(center, now, &mut runs);
         let mut span = Span {
@@ -423,6 +426,51 @@ impl LatencyEstimator {
         (Some(estimate), until, span)
     }
 
+    /// The common case of `compute_with_span`, read straight from the rings: the bucket
+    /// `center` alone holds at least `min_samples` fresh samples, so the gather would stop
+    /// there with one run. Gives the same result, or None when that is not the case.
+    fn compute_in_bucket(&self, center: usize, now: u64) -> Option<(Option<Estimate>, u64, Span)> {
+        let wanted = self.config.min_samples;
+        let oldest = now.saturating_sub(duration_nanos(self.config.max_age));
+        let bucket = &self.buckets[center];
+        if bucket.len == 0 || bucket.newest_at() < oldest {
+            return None;
+        }
+        let fresh = suffix_since(bucket.in_order(), oldest);
+        if fresh[0].len() + fresh[1].len() < wanted {
+            return None;
+        }
+        let first = fresh[0].first().or(fresh[1].first())?.at;
+        let mut until = first.saturating_add(duration_nanos(self.config.max_age));
+        let window = duration_nanos(self.config.window);
+        let recent = suffix_since(fresh, now.saturating_sub(window));
+        let chosen = if recent[0].len() + recent[1].len() >= wanted {
+            let first_recent = recent[0].first().or(recent[1].first())?.at;
+            until = until.min(first_recent.saturating_add(window));
+            recent
+        } else {
+            suffix_len(fresh, wanted)
+        };
+        let mut latencies = [0u64; RING];
+        let mut n = 0;
+        for (slot, sample) in latencies.iter_mut().zip(chosen[0].iter().chain(chosen[1])) {
+            *slot = sample.latency;
+            n += 1;
+        }
+        let chosen = &mut latencies[..n];
+        let max = chosen.iter().copied().max().unwrap_or(0);
+        let estimate = Estimate {
+            median: median(chosen),
+            max,
+        };
+        let span = Span {
+            lo: center,
+            hi: center,
+            newest: false,
+        };
+        Some((Some(estimate), until, span))
+    }
+
     /// Copies the fresh samples (no older than `max_age`) into `runs`, one run per bucket, from
     /// the bucket `center` outwards, alternating below and above, until at least `min_samples`
     /// are in or every bucket was visited. Returns the lowest and highest bucket visited.
@@ -459,6 +507,26 @@ impl LatencyEstimator {
         }
         runs.push_run(bucket.in_order(), oldest);
     }
+}
+
+/// The samples of a ring's two sorted parts recorded at or after `since`, as two parts.
+fn suffix_since<'a>(parts: [&'a [Sample]; 2], since: u64) -> [&'a [Sample]; 2] {
+    let [a, b] = parts;
+    let cut = b.partition_point(|s| s.at < since);
+    if cut > 0 {
+        // Part `a` is older than b's first sample, so older than `since`.
+        return [&[], &b[cut..]];
+    }
+    [&a[a.partition_point(|s| s.at < since)..], b]
+}
+
+/// The last `n` samples (all, if fewer) of two consecutive parts, as two parts.
+fn suffix_len<'a>(parts: [&'a [Sample]; 2], n: usize) -> [&'a [Sample]; 2] {
+    let [a, b] = parts;
+    if n <= b.len() {
+        return [&[], &b[b.len() - n..]];
+    }
+    [&a[a.len().saturating_sub(n - b.len())..], b]
 }
 
 /// The samples one estimate reads, in a stack buffer: one run per bucket, each in the order
