@@ -153,7 +153,8 @@ pub fn run(
             }
             sim.now = at;
             sim.events += 1;
-            sim.wakes.set(s, None);
+            // The wake-up stays in the heap: handling it always re-arms the replica's one
+            // wake-up (`finish_cpu_jobs`), which moves the entry instead of removing it first.
             sim.on_cpu_wake(s);
             continue;
         }

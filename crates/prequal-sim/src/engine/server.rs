@@ -200,7 +200,7 @@ impl Sim<'_> {
         self.wakes.set(s, next);
     }
 
-    /// Replica `s`'s wake-up came due (the engine has disarmed it).
+    /// Replica `s`'s wake-up came due (still armed: `finish_cpu_jobs` moves it on).
     pub(super) fn on_cpu_wake(&mut self, s: u32) {
         let now = self.now;
         if let Some(cpu) = self.servers[s as usize].model.cpu_mut() {
