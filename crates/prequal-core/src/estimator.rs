@@ -75,6 +75,7 @@
 //! ```
 
 mod in_flight;
+mod median;
 mod memo;
 mod window;
 
@@ -88,6 +89,7 @@ use serde::{Deserialize, Serialize};
 use crate::policy::{LoadReport, Outcome};
 use crate::time::{Time, duration_nanos};
 use in_flight::InFlightAges;
+use median::median;
 use memo::{Estimate, Memo, Span};
 use window::WindowedCounter;
 
@@ -510,7 +512,7 @@ impl LatencyEstimator {
 }
 
 /// The samples of a ring's two sorted parts recorded at or after `since`, as two parts.
-fn suffix_since<'a>(parts: [&'a [Sample]; 2], since: u64) -> [&'a [Sample]; 2] {
+fn suffix_since(parts: [&[Sample]; 2], since: u64) -> [&[Sample]; 2] {
     let [a, b] = parts;
     let cut = b.partition_point(|s| s.at < since);
     if cut > 0 {
@@ -521,7 +523,7 @@ fn suffix_since<'a>(parts: [&'a [Sample]; 2], since: u64) -> [&'a [Sample]; 2] {
 }
 
 /// The last `n` samples (all, if fewer) of two consecutive parts, as two parts.
-fn suffix_len<'a>(parts: [&'a [Sample]; 2], n: usize) -> [&'a [Sample]; 2] {
+fn suffix_len(parts: [&[Sample]; 2], n: usize) -> [&[Sample]; 2] {
     let [a, b] = parts;
     if n <= b.len() {
         return [&[], &b[b.len() - n..]];
@@ -638,20 +640,6 @@ impl Runs {
         }
         k
     }
-}
-
-/// The median of `latencies` (the mean of the middle two for an even count); must not be
-/// empty.
-fn median(latencies: &mut [u64]) -> u64 {
-    let n = latencies.len();
-    let mid = n / 2;
-    latencies.sort_unstable();
-    let upper = latencies[mid];
-    if n % 2 == 1 {
-        return upper;
-    }
-    let lower = latencies[mid - 1];
-    lower + (upper - lower) / 2
 }
 
 /// What a query's arrival left behind, handed back at its finish.
