@@ -29,7 +29,7 @@ pub use server::{Admission, AntagonistSpec, CapacitySpec, ReplicaModel, ServersS
 pub fn round_to_u64(v: f64) -> u64 {
     /// From 2^52 on, every `f64` is a whole number.
     const WHOLE: f64 = 4_503_599_627_370_496.0;
-    if !(v >= 0.0) {
+    if v.is_nan() || v < 0.0 {
         return 0;
     }
     if v >= WHOLE {
