@@ -52,10 +52,17 @@ impl Entry {
     }
 }
 
+/// Replica ids below this are tracked in [`Pool`]'s bitset; larger ones are searched for.
+const HELD_IDS: u32 = 1 << 16;
+
 /// A bounded pool of probe replies, ordered by receipt time (front = oldest).
 #[derive(Clone, Debug)]
 pub struct Pool {
     entries: VecDeque<Entry>,
+    /// Bit `id` is set while the pool holds a reply from replica `id` (for ids below
+    /// [`HELD_IDS`]), so most inserts, which are from replicas not held, skip the search for
+    /// an older reply to supersede.
+    held: Vec<u64>,
     capacity: usize,
     max_age: Duration,
 }
@@ -67,6 +74,7 @@ impl Pool {
         let capacity = capacity.max(1);
         Self {
             entries: VecDeque::with_capacity(capacity),
+            held: Vec::new(),
             capacity,
             max_age,
         }
@@ -87,6 +95,43 @@ impl Pool {
         self.capacity
     }
 
+    /// Records whether a reply from `replica` is held.
+    fn mark(&mut self, replica: ReplicaId, held: bool) {
+        if replica.0 >= HELD_IDS {
+            return;
+        }
+        let (word, bit) = ((replica.0 / 64) as usize, replica.0 % 64);
+        if word >= self.held.len() {
+            if !held {
+                return;
+            }
+            self.held.resize(word + 1, 0);
+        }
+        if held {
+            self.held[word] |= 1 << bit;
+        } else {
+            self.held[word] &= !(1 << bit);
+        }
+    }
+
+    /// The position of the reply from `replica`, if one is held.
+    fn position(&self, replica: ReplicaId) -> Option<usize> {
+        if replica.0 < HELD_IDS {
+            let word = self.held.get((replica.0 / 64) as usize).copied().unwrap_or(0);
+            if word & 1 << (replica.0 % 64) == 0 {
+                return None;
+            }
+        }
+        self.entries.iter().position(|e| e.replica == replica)
+    }
+
+    /// Removes the oldest reply.
+    fn pop_oldest(&mut self) -> Option<Entry> {
+        let entry = self.entries.pop_front()?;
+        self.mark(entry.replica, false);
+        Some(entry)
+    }
+
     /// The replies, oldest first.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = &Entry> + DoubleEndedIterator {
         self.entries.iter()
@@ -96,7 +141,7 @@ impl Pool {
     pub fn set_capacity(&mut self, capacity: usize) {
         self.capacity = capacity.max(1);
         while self.entries.len() > self.capacity {
-            self.entries.pop_front();
+            self.pop_oldest();
         }
     }
 
@@ -111,7 +156,7 @@ impl Pool {
     /// Returns the reply that left the pool to make room, if any.
     pub fn insert(&mut self, mut entry: Entry) -> Option<Entry> {
         entry.budget = entry.budget.max(1);
-        let held = self.entries.iter().position(|e| e.replica == entry.replica);
+        let held = self.position(entry.replica);
         if let Some(index) = held {
             if self.entries[index].received > entry.received {
                 return None;
@@ -120,10 +165,11 @@ impl Pool {
         let evicted = if let Some(index) = held {
             self.entries.remove(index)
         } else if self.entries.len() >= self.capacity {
-            self.entries.pop_front()
+            self.pop_oldest()
         } else {
             None
         };
+        self.mark(entry.replica, true);
         // Drivers hand in non-decreasing times, so this is the back; the search only guards
         // the order (and with it `expire`) against one that does not.
         if self
@@ -150,7 +196,7 @@ impl Pool {
             .front()
             .is_some_and(|e| e.age(now) > self.max_age)
         {
-            self.entries.pop_front();
+            self.pop_oldest();
             dropped += 1;
         }
         dropped
@@ -159,6 +205,7 @@ impl Pool {
     /// Drops every reply from `replica` (it left the replica set).
     pub fn remove_replica(&mut self, replica: ReplicaId) {
         self.entries.retain(|e| e.replica != replica);
+        self.mark(replica, false);
     }
 
     /// Refreshes every reply's replica-set position after a membership change.
@@ -170,7 +217,9 @@ impl Pool {
 
     /// Removes and returns the reply at `index`.
     pub fn remove(&mut self, index: usize) -> Option<Entry> {
-        self.entries.remove(index)
+        let entry = self.entries.remove(index)?;
+        self.mark(entry.replica, false);
+        Some(entry)
     }
 
     /// Uses the reply at `index` for one query: its RIF goes up by one (the query this client
@@ -181,7 +230,7 @@ impl Pool {
         entry.uses = entry.uses.saturating_add(1);
         let replica = entry.replica;
         if entry.uses >= entry.budget {
-            self.entries.remove(index);
+            self.remove(index);
         }
         Some(replica)
     }
@@ -255,5 +304,53 @@ mod tests {
         assert_eq!(pool.get(0).map(|e| e.replica), Some(ReplicaId(3)));
         pool.remove_replica(ReplicaId(3));
         assert!(pool.is_empty());
+    }
+
+    proptest::proptest! {
+        /// Whatever happens to the pool, its record of which replicas it holds matches its
+        /// entries, and it holds at most one reply per replica.
+        #[test]
+        fn held_matches_the_entries(
+            ops in proptest::collection::vec((0u8..6, 0u32..12, 0u64..50), 1..200),
+        ) {
+            let mut pool = Pool::new(4, Duration::from_millis(20));
+            let mut now = 0;
+            for (op, id, arg) in ops {
+                // A few ids beyond the bitset, which are always searched for.
+                let id = if id >= 10 { HELD_IDS + id } else { id };
+                now += arg % 3;
+                match op {
+                    0 | 1 => {
+                        pool.insert(entry(id, now, 1 + (arg % 3) as u32));
+                    }
+                    2 => {
+                        pool.expire(Time::from_millis(now));
+                    }
+                    3 => {
+                        if !pool.is_empty() {
+                            pool.use_entry(arg as usize % pool.len());
+                        }
+                    }
+                    4 => {
+                        if !pool.is_empty() {
+                            pool.remove(arg as usize % pool.len());
+                        }
+                    }
+                    _ => {
+                        if arg % 2 == 0 {
+                            pool.remove_replica(ReplicaId(id));
+                        } else {
+                            pool.set_capacity(1 + arg as usize % 5);
+                        }
+                    }
+                }
+                for probe in (0..10).chain(HELD_IDS + 10..HELD_IDS + 12) {
+                    let replica = ReplicaId(probe);
+                    let scan = pool.iter().position(|e| e.replica == replica);
+                    proptest::prop_assert_eq!(pool.position(replica), scan);
+                    proptest::prop_assert!(pool.iter().filter(|e| e.replica == replica).count() <= 1);
+                }
+            }
+        }
     }
 }
