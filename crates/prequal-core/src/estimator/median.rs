@@ -39,7 +39,10 @@ const fn batcher_pairs() -> [(u8, u8); 63] {
         }
         p *= 2;
     }
-    assert!(count == pairs.len(), "Batcher's network on 16 inputs has 63 comparators");
+    assert!(
+        count == pairs.len(),
+        "Batcher's network on 16 inputs has 63 comparators"
+    );
     pairs
 }
 

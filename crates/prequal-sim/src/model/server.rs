@@ -341,7 +341,11 @@ impl ReplicaModel {
             }
             Kind::Capacity { cost, cpu, .. } => {
                 let work = cost.sample_nanos(rng) as f64 * fx.slow;
-                Admission::Job(cpu.arrive(now, Duration::from_nanos(super::round_to_u64(work)), done))
+                Admission::Job(cpu.arrive(
+                    now,
+                    Duration::from_nanos(super::round_to_u64(work)),
+                    done,
+                ))
             }
         };
         (admission, error)

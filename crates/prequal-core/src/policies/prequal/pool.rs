@@ -117,7 +117,11 @@ impl Pool {
     /// The position of the reply from `replica`, if one is held.
     fn position(&self, replica: ReplicaId) -> Option<usize> {
         if replica.0 < HELD_IDS {
-            let word = self.held.get((replica.0 / 64) as usize).copied().unwrap_or(0);
+            let word = self
+                .held
+                .get((replica.0 / 64) as usize)
+                .copied()
+                .unwrap_or(0);
             if word & 1 << (replica.0 % 64) == 0 {
                 return None;
             }

@@ -18,8 +18,8 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::time::Duration;
 
-use rand::{Rng, RngCore};
 use rand::seq::index::sample;
+use rand::{Rng, RngCore};
 
 use super::aversion::{ReplicaLoad, random_replica};
 pub use super::params::{ProbingParams, b_reuse, pool_capacity, validate_aversion};
@@ -117,7 +117,9 @@ const FEW: usize = 11;
 /// a few replicas per query, so this is on the hot path.
 fn sample_few(rng: &mut dyn RngCore, n: usize, k: usize) -> Option<ArrayIndices> {
     let n = u32::try_from(n).ok()?;
-    let k = u32::try_from(k).ok().filter(|&k| k as usize <= FEW && k <= n)?;
+    let k = u32::try_from(k)
+        .ok()
+        .filter(|&k| k as usize <= FEW && k <= n)?;
     // Floyd's combination algorithm, which the sampler uses for so few.
     let mut out = ArrayIndices::default();
     for j in n - k..n {
