@@ -183,7 +183,8 @@ impl Sim<'_> {
     /// Completes the CPU jobs in `self.done` and re-arms the replica's CPU wake-up.
     fn finish_cpu_jobs(&mut self, s: u32) {
         let done = std::mem::take(&mut self.done);
-        for id in &done {
+        // Overhead jobs (probes' CPU cost) never answer anyone and are not in `by_cpu`.
+        for id in done.iter().filter(|id| !id.is_overhead()) {
             if let Some(slot) = self.servers[s as usize].by_cpu.remove(id) {
                 self.respond(s, slot);
             }

@@ -35,6 +35,13 @@ pub struct JobId {
     overhead: bool,
 }
 
+impl JobId {
+    /// Whether the job is overhead (a probe's cost) that nobody waits for.
+    pub fn is_overhead(&self) -> bool {
+        self.overhead
+    }
+}
+
 impl std::hash::Hash for JobId {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         // The arrival number alone is unique.
