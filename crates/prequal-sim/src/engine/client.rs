@@ -81,11 +81,16 @@ impl Client {
 
 impl Sim<'_> {
     pub(super) fn schedule_arrival(&mut self, c: u32) {
+        let per_client = self.offered_qps(self.now) / self.clients.len() as f64;
+        self.schedule_arrival_at(c, per_client);
+    }
+
+    /// Schedules client `c`'s next arrival, given its offered rate now.
+    fn schedule_arrival_at(&mut self, c: u32, per_client: f64) {
         let now = self.now;
         if now >= self.end {
             return;
         }
-        let per_client = self.offered_qps(now) / self.clients.len() as f64;
         let gap = if per_client <= 0.0 {
             // Idle phase: look again at the next phase boundary.
             let phases = &self.compiled.phases;
@@ -120,7 +125,7 @@ impl Sim<'_> {
                 Pick::NoReplica => self.no_replica(c, query),
             }
         }
-        self.schedule_arrival(c);
+        self.schedule_arrival_at(c, per_client);
         self.service_client(c);
     }
 
