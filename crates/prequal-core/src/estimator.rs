@@ -46,14 +46,18 @@
 //! are a suffix found by a search, and its newest are at its end. Estimating copies the fresh
 //! samples of the bucket of the current RIF to a stack buffer and, while it has fewer than
 //! `min_samples`, widens to the neighbouring buckets on both sides (a bucket whose newest sample
-//! is stale is skipped without reading it), each bucket's samples one sorted run; it keeps the
-//! samples inside the window (or the `min_samples` newest, merged from the runs' ends, if too
-//! few are recent) and returns their median, sorting at most 64 latencies.
+//! is stale is skipped without reading it, and the walk ends early once only buckets that never
+//! held a sample are left), each bucket's samples one sorted run; it keeps the samples inside
+//! the window (or the `min_samples` newest, merged from the runs' ends, if too few are recent)
+//! and returns their median, sorting at most 64 latencies (up to 16 by a sorting network, see
+//! `median.rs`). When the current RIF's own bucket holds `min_samples` fresh samples, the
+//! common case under load, the estimate reads them straight from its ring instead.
 //! With too few fresh samples anywhere it takes the newest of the any-RIF ring. That is a bounded
 //! amount of work however long the replica has run. Repeated probes between two finishes
 //! are cheaper still: each bucket remembers its last estimate for as long as it provably holds
 //! (until a sample is recorded into a bucket it read, a sample it gathered goes stale, or, when
-//! the window chose its samples, one of them leaves the window), so a repeat costs a lookup and returns exactly what a fresh computation would.
+//! the window chose its samples, one of them leaves the window), so a repeat costs a lookup and
+//! returns exactly what a fresh computation would.
 //!
 //! [`LoadTracker`] combines the RIF counter, the estimator, and bucketed counters of completions
 //! and errors over [`EstimatorConfig::rate_window`] (default 1 s) into a [`LoadReport`].
