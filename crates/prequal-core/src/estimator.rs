@@ -479,7 +479,9 @@ impl LatencyEstimator {
 
     /// Copies the fresh samples (no older than `max_age`) into `runs`, one run per bucket, from
     /// the bucket `center` outwards, alternating below and above, until at least `min_samples`
-    /// are in or every bucket was visited. Returns the lowest and highest bucket visited.
+    /// are in or every bucket was visited. Returns the lowest and highest bucket the walk
+    /// covered (when it ends early, past buckets that never held a sample, the ends the full
+    /// walk would have reached: the memo's span must cover them).
     fn gather(&self, center: usize, now: u64, runs: &mut Runs) -> (usize, usize) {
         let wanted = self.config.min_samples;
         let oldest = now.saturating_sub(duration_nanos(self.config.max_age));

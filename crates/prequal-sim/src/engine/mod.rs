@@ -153,8 +153,8 @@ pub fn run(
             }
             sim.now = at;
             sim.events += 1;
-            // The wake-up stays in the heap: handling it always re-arms the replica's one
-            // wake-up (`finish_cpu_jobs`), which moves the entry instead of removing it first.
+            // The wake-up stays in the heap: handling it always ends in `finish_cpu_jobs`,
+            // which moves the replica's one wake-up to its next completion or disarms it.
             sim.on_cpu_wake(s);
             continue;
         }
