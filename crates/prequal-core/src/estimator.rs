@@ -446,13 +446,11 @@ impl LatencyEstimator {
         if fresh[0].len() + fresh[1].len() < wanted {
             return None;
         }
-        let first = fresh[0].first().or(fresh[1].first())?.at;
-        let mut until = first.saturating_add(duration_nanos(self.config.max_age));
+        let mut until = first_at(fresh)?.saturating_add(duration_nanos(self.config.max_age));
         let window = duration_nanos(self.config.window);
         let recent = suffix_since(fresh, now.saturating_sub(window));
         let chosen = if recent[0].len() + recent[1].len() >= wanted {
-            let first_recent = recent[0].first().or(recent[1].first())?.at;
-            until = until.min(first_recent.saturating_add(window));
+            until = until.min(first_at(recent)?.saturating_add(window));
             recent
         } else {
             suffix_len(fresh, wanted)
@@ -528,6 +526,11 @@ fn suffix_since(parts: [&[Sample]; 2], since: u64) -> [&[Sample]; 2] {
     [&a[a.partition_point(|s| s.at < since)..], b]
 }
 
+/// The time of the first sample of two consecutive parts, if any.
+fn first_at(parts: [&[Sample]; 2]) -> Option<u64> {
+    parts[0].first().or(parts[1].first()).map(|s| s.at)
+}
+
 /// The last `n` samples (all, if fewer) of two consecutive parts, as two parts.
 fn suffix_len(parts: [&[Sample]; 2], n: usize) -> [&[Sample]; 2] {
     let [a, b] = parts;
@@ -568,8 +571,7 @@ impl Runs {
     /// at most `RING`.
     fn push_run(&mut self, parts: [&[Sample]; 2], oldest: u64) {
         let start = self.len;
-        for part in parts {
-            let fresh = &part[part.partition_point(|s| s.at < oldest)..];
+        for fresh in suffix_since(parts, oldest) {
             let n = fresh.len().min(GATHER - self.len);
             self.buf[self.len..self.len + n].copy_from_slice(&fresh[..n]);
             self.len += n;

@@ -143,8 +143,8 @@ impl RifHistory {
         }
         let len = self.recent.len();
         let rank = ((q * len as f64).ceil() as usize).clamp(1, len);
-        let mut seen = 0;
         if rank <= self.dense_total {
+            let mut seen = 0;
             for (value, &count) in self.dense.iter().enumerate() {
                 seen += usize::from(count);
                 if seen >= rank {
@@ -152,7 +152,7 @@ impl RifHistory {
                 }
             }
         }
-        seen = self.dense_total;
+        let mut seen = self.dense_total;
         for &(value, count) in &self.sparse {
             seen += count;
             if seen >= rank {
@@ -312,13 +312,12 @@ mod tests {
         fn key_orders_like_rank(
             a in (prop_oneof![0u32..40, Just(u32::MAX)], prop_oneof![0u64..5_000_000_000, 0u64..1 << 52]),
             b in (prop_oneof![0u32..40, Just(u32::MAX)], prop_oneof![0u64..5_000_000_000, 0u64..1 << 52]),
-            limit in prop_oneof![
+            t in prop_oneof![
                 Just(Threshold::AllCold),
                 Just(Threshold::AllHot),
                 (0u32..40).prop_map(Threshold::Above),
             ],
         ) {
-            let t = limit;
             let (ra, rb) = (Duration::from_nanos(a.1), Duration::from_nanos(b.1));
             let by_rank = hcl_rank(t, a.0, ra).order(&hcl_rank(t, b.0, rb));
             prop_assert_eq!(hcl_key(t, a.0, ra).cmp(&hcl_key(t, b.0, rb)), by_rank);

@@ -282,27 +282,29 @@ impl<R: Rule> AsyncProbing<R> {
         }
     }
 
+    /// Whether the replica that sent `entry` is avoided, and `score` of the reply given this
+    /// client's view of that replica (a replica no longer in the set counts as avoided).
+    fn assess<T>(
+        &self,
+        entry: &Entry,
+        now: Time,
+        score: impl FnOnce(&ReplicaLoad) -> T,
+    ) -> (bool, T) {
+        match self.load_of(entry) {
+            Some(load) => (load.avoided(now, &self.params.aversion), score(load)),
+            None => (true, score(&ReplicaLoad::default())),
+        }
+    }
+
     /// One reply's avoided flag and rank.
     fn rank_entry(&self, cx: &R::Context, entry: &Entry, now: Time) -> (bool, Rank) {
-        match self.load_of(entry) {
-            Some(load) => (
-                load.avoided(now, &self.params.aversion),
-                self.rule.rank(cx, entry, load),
-            ),
-            None => (true, self.rule.rank(cx, entry, &ReplicaLoad::default())),
-        }
+        self.assess(entry, now, |load| self.rule.rank(cx, entry, load))
     }
 
     /// One reply's place in the order the engine chooses by: replies from avoided replicas
     /// last, then by the rule's key. Orders like `rank_entry` does.
     fn sort_key(&self, cx: &R::Context, entry: &Entry, now: Time) -> (bool, R::Key) {
-        match self.load_of(entry) {
-            Some(load) => (
-                load.avoided(now, &self.params.aversion),
-                self.rule.key(cx, entry, load),
-            ),
-            None => (true, self.rule.key(cx, entry, &ReplicaLoad::default())),
-        }
+        self.assess(entry, now, |load| self.rule.key(cx, entry, load))
     }
 
     /// Every reply with its avoided flag and rank, in pool order.
