@@ -35,6 +35,7 @@ pub mod policy;
 pub mod replica;
 pub mod retry_budget;
 pub mod rounding;
+mod sampling;
 pub mod slow_start;
 pub mod time;
 

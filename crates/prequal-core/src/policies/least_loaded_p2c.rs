@@ -11,13 +11,14 @@
 //! fewer replicas than `draws`, every replica is compared.
 
 use rand::RngCore;
-use rand::seq::index;
+
 use serde::{Deserialize, Serialize};
 
 use crate::config::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
 use crate::policies::least_loaded::LocalLoad;
 use crate::policy::{Completion, Pick, Policy, Query, QueryId, Snapshot};
 use crate::replica::{ReplicaChange, ReplicaId, Replicas};
+use crate::sampling::for_each_distinct;
 use crate::time::Time;
 
 /// `least-loaded-p2c` parameters.
@@ -92,13 +93,13 @@ pub(crate) fn best_of_draws<K: PartialOrd>(
         return None;
     }
     let mut best: Option<(usize, K)> = None;
-    for i in index::sample(rng, n, d.min(n)) {
+    for_each_distinct(rng, n, d.min(n), |i| {
         let k = key(i);
         // Strictly better replaces, so ties keep the earlier (random) draw.
         if best.as_ref().is_none_or(|(_, b)| k < *b) {
             best = Some((i, k));
         }
-    }
+    });
     best.map(|(i, _)| i)
 }
 

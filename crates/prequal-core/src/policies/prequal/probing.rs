@@ -18,8 +18,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::time::Duration;
 
-use rand::seq::index::sample;
-use rand::{Rng, RngCore};
+use rand::RngCore;
 
 use super::aversion::{ReplicaLoad, random_replica};
 pub use super::params::{ProbingParams, b_reuse, pool_capacity, validate_aversion};
@@ -30,6 +29,7 @@ use crate::policy::{
 };
 use crate::replica::{ReplicaChange, ReplicaId, Replicas};
 use crate::rounding::{RateRounder, random_round};
+use crate::sampling::for_each_distinct;
 use crate::time::{Time, duration_nanos};
 
 /// How a rule ranks one reply: smaller is better, compared hot flag first, then `key`, then
@@ -105,45 +105,6 @@ impl<R: Rule> fmt::Debug for Candidates<'_, R> {
             ));
         }
         list.finish()
-    }
-}
-
-/// Most indices [`sample_few`] draws.
-const FEW: usize = 11;
-
-/// `k` distinct indices below `n`, exactly as `rand::seq::index::sample` draws them (the same
-/// random numbers, the same order), without its allocation; None when `k` is above [`FEW`] or
-/// `n` does not fit in a `u32`, where that function takes another algorithm. A client probes
-/// a few replicas per query, so this is on the hot path.
-fn sample_few(rng: &mut dyn RngCore, n: usize, k: usize) -> Option<ArrayIndices> {
-    let n = u32::try_from(n).ok()?;
-    let k = u32::try_from(k)
-        .ok()
-        .filter(|&k| k as usize <= FEW && k <= n)?;
-    // Floyd's combination algorithm, which the sampler uses for so few.
-    let mut out = ArrayIndices::default();
-    for j in n - k..n {
-        let t = rng.random_range(..=j);
-        let taken = &mut out.indices[..out.len];
-        if let Some(slot) = taken.iter_mut().find(|x| **x == t) {
-            *slot = j;
-        }
-        out.indices[out.len] = t;
-        out.len += 1;
-    }
-    Some(out)
-}
-
-/// Up to [`FEW`] indices on the stack.
-#[derive(Debug, Default)]
-struct ArrayIndices {
-    indices: [u32; FEW],
-    len: usize,
-}
-
-impl ArrayIndices {
-    fn iter(&self) -> std::slice::Iter<'_, u32> {
-        self.indices[..self.len].iter()
     }
 }
 
@@ -255,7 +216,7 @@ impl<R: Rule> AsyncProbing<R> {
         if k == 0 {
             return;
         }
-        let mut send = |index: usize| {
+        for_each_distinct(rng, n, k, |index| {
             self.next_probe_id += 1;
             self.probes.push_back(ProbeRequest {
                 id: ProbeId(self.next_probe_id),
@@ -263,12 +224,7 @@ impl<R: Rule> AsyncProbing<R> {
                 query: None,
                 hint: None,
             });
-        };
-        if let Some(indices) = sample_few(rng, n, k) {
-            indices.iter().for_each(|&i| send(i as usize));
-        } else {
-            sample(rng, n, k).iter().for_each(send);
-        }
+        });
         self.next_idle_probe = Some(now + self.params.max_idle);
     }
 
@@ -559,35 +515,5 @@ impl<R: Rule> Policy for AsyncProbing<R> {
             pool,
             values,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use rand::SeedableRng;
-    use rand::rngs::SmallRng;
-
-    /// The allocation-free sampler draws the very indices `rand` does, and leaves the RNG in
-    /// the same state.
-    #[test]
-    fn sample_few_matches_rand() {
-        for seed in 0..50u64 {
-            for n in 1..120usize {
-                for k in 0..=FEW.min(n) {
-                    let (mut ours, mut theirs) =
-                        (SmallRng::seed_from_u64(seed), SmallRng::seed_from_u64(seed));
-                    let got: Vec<usize> = sample_few(&mut ours, n, k)
-                        .map(|a| a.iter().map(|&i| i as usize).collect())
-                        .unwrap_or_default();
-                    let want = sample(&mut theirs, n, k).into_vec();
-                    assert_eq!(got, want, "seed {seed}, n {n}, k {k}");
-                    assert_eq!(ours.next_u64(), theirs.next_u64());
-                }
-            }
-        }
-        let mut rng = SmallRng::seed_from_u64(1);
-        assert!(sample_few(&mut rng, 100, FEW + 1).is_none());
-        assert!(sample_few(&mut rng, 3, 4).is_none());
     }
 }

@@ -17,7 +17,6 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use rand::RngCore;
-use rand::seq::index::sample;
 use serde::{Deserialize, Serialize};
 
 use super::aversion::{Aversion, ReplicaLoad, random_replica};
@@ -30,6 +29,7 @@ use crate::policy::{
     Snapshot,
 };
 use crate::replica::{ReplicaChange, ReplicaId, Replicas};
+use crate::sampling::for_each_distinct;
 use crate::time::Time;
 
 /// `prequal-sync` parameters.
@@ -233,7 +233,7 @@ impl Policy for PrequalSync {
             return Pick::Replica(self.replicas.id_at(0));
         }
         let d = (self.config.probes as usize).min(n);
-        for index in sample(rng, n, d).iter() {
+        for_each_distinct(rng, n, d, |index| {
             self.next_probe_id += 1;
             self.probes.push_back(ProbeRequest {
                 id: ProbeId(self.next_probe_id),
@@ -241,7 +241,7 @@ impl Policy for PrequalSync {
                 query: Some(query.id),
                 hint: query.hint,
             });
-        }
+        });
         let waiting = Waiting {
             needed: (self.config.replies as usize).min(d),
             outstanding: d,
