@@ -60,12 +60,17 @@ pub enum Outcome {
     Error,
     /// No response before the deadline.
     Timeout,
+    /// Abandoned before the response ended: the client went away, or another try of the same
+    /// request (a hedge) answered first. Not a failure by itself: the replica may simply not
+    /// have had time. The latency that comes with it is a lower bound. Drivers that want a
+    /// long-abandoned try to count against its replica report it as [`Outcome::Timeout`].
+    Cancelled,
 }
 
 impl Outcome {
     /// True for [`Outcome::Error`] and [`Outcome::Timeout`].
     pub fn is_failure(self) -> bool {
-        !matches!(self, Outcome::Success)
+        matches!(self, Outcome::Error | Outcome::Timeout)
     }
 }
 

@@ -203,6 +203,7 @@ impl Metrics {
             success: tries("success"),
             error: tries("error"),
             timeout: tries("timeout"),
+            cancelled: tries("cancelled"),
             ejections: self.ejections.get_or_create_owned(&ReplicaLabels {
                 cluster: cluster.to_string(),
                 replica: replica.to_string(),
@@ -256,6 +257,7 @@ pub struct ReplicaMetrics {
     success: Counter,
     error: Counter,
     timeout: Counter,
+    cancelled: Counter,
     /// Times this replica was ejected.
     pub ejections: Counter,
 }
@@ -267,6 +269,7 @@ impl ReplicaMetrics {
             Outcome::Success => self.success.inc(),
             Outcome::Error => self.error.inc(),
             Outcome::Timeout => self.timeout.inc(),
+            Outcome::Cancelled => self.cancelled.inc(),
         };
     }
 }

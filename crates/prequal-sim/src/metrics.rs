@@ -151,7 +151,8 @@ impl Acc {
         let slot = match outcome {
             Some(Outcome::Success) => SUCCESS,
             Some(Outcome::Error) => ERROR,
-            Some(Outcome::Timeout) => TIMEOUT,
+            // A query the client gave up on counts as timed out.
+            Some(Outcome::Timeout | Outcome::Cancelled) => TIMEOUT,
             None => NO_REPLICA,
         };
         self.counts[slot] += 1;

@@ -283,7 +283,7 @@ impl Collector {
                 self.report.errors += 1;
                 self.second.errors += 1;
             }
-            Outcome::Timeout => {
+            Outcome::Timeout | Outcome::Cancelled => {
                 self.report.timeouts += 1;
                 self.second.timeouts += 1;
             }
