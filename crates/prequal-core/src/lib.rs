@@ -29,6 +29,7 @@
 pub mod config;
 pub mod estimator;
 pub mod ewma;
+pub mod latency_quantile;
 pub mod outlier;
 pub mod policies;
 pub mod policy;
