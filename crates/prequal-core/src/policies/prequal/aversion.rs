@@ -20,6 +20,15 @@
 //! traffic. Because avoided replicas get no new outcomes, both counts simply decay, the prior
 //! comes to dominate, and the share falls below the threshold: after a few τ the replica is
 //! tried again, and avoided again at once if it still fails.
+//!
+//! A replica whose host is down answers neither queries nor probes, and a client whose probes
+//! to it all fail would otherwise know nothing against it: its pool simply holds no reply from
+//! it, and the random fallback (an empty or one-reply pool) still sends it queries. So probe
+//! failures count too, as a streak: after [`PROBE_FAILURES_TO_AVOID`] probes to the replica
+//! have failed in a row, with no reply and no successful query since, it is avoided until a
+//! probe reply or a successful query says it is back. Probes keep going to it at the usual
+//! random rate, which is how it is found again. A streak, not a share: an occasional late probe
+//! to a busy but healthy replica never adds up to avoidance.
 
 use std::time::Duration;
 
@@ -31,6 +40,10 @@ use crate::time::Time;
 
 /// Pseudo-count of successful queries added to the denominator of the error share.
 pub const PRIOR_QUERIES: f64 = 20.0;
+
+/// Probes failed in a row, with no reply or successful query between, that make a replica
+/// avoided.
+pub const PROBE_FAILURES_TO_AVOID: u32 = 3;
 
 /// The error-aversion rule's parameters.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -54,6 +67,8 @@ pub struct ReplicaLoad {
     errors: f64,
     /// When the counts were last decayed.
     updated: Time,
+    /// Probes to the replica that failed since its last probe reply or successful query.
+    probe_failures: u32,
 }
 
 impl ReplicaLoad {
@@ -69,6 +84,19 @@ impl ReplicaLoad {
         self.queries = self.queries * keep + 1.0;
         self.errors = self.errors * keep + if outcome.is_failure() { 1.0 } else { 0.0 };
         self.updated = now.max(self.updated);
+        if outcome == Outcome::Success {
+            self.probe_failures = 0;
+        }
+    }
+
+    /// A probe to the replica failed (no reply in time, a transport error, a bad reply).
+    pub fn on_probe_failure(&mut self) {
+        self.probe_failures = self.probe_failures.saturating_add(1);
+    }
+
+    /// The replica answered a probe.
+    pub fn on_probe_reply(&mut self) {
+        self.probe_failures = 0;
     }
 
     /// The decayed error share at `now`.
@@ -81,9 +109,14 @@ impl ReplicaLoad {
         self.errors * keep / (self.queries * keep + PRIOR_QUERIES)
     }
 
-    /// Whether the replica is avoided at `now`.
+    /// Whether the replica is avoided at `now`: its error share is over the threshold, or its
+    /// last [`PROBE_FAILURES_TO_AVOID`] probes failed (both only while aversion is enabled).
     pub fn avoided(&self, now: Time, aversion: &Aversion) -> bool {
-        self.error_share(now, aversion) > aversion.threshold
+        if aversion.threshold >= 1.0 {
+            return false;
+        }
+        self.probe_failures >= PROBE_FAILURES_TO_AVOID
+            || self.error_share(now, aversion) > aversion.threshold
     }
 
     fn decay_factor(&self, now: Time, aversion: &Aversion) -> f64 {
@@ -147,6 +180,47 @@ mod tests {
         assert!(load.avoided(Time::from_secs(3), &AVERSION));
         assert!(!load.avoided(Time::from_secs(30), &AVERSION), "decays back");
         assert_eq!(load.local_rif, 0);
+    }
+
+    #[test]
+    fn a_streak_of_failed_probes_is_avoided_until_the_replica_answers() {
+        let mut load = ReplicaLoad::default();
+        let t = Time::from_secs(1);
+        for _ in 1..PROBE_FAILURES_TO_AVOID {
+            load.on_probe_failure();
+        }
+        assert!(
+            !load.avoided(t, &AVERSION),
+            "a few late probes are tolerated"
+        );
+        load.on_probe_reply();
+        for _ in 1..PROBE_FAILURES_TO_AVOID {
+            load.on_probe_failure();
+        }
+        assert!(!load.avoided(t, &AVERSION), "the reply broke the streak");
+        load.on_probe_failure();
+        assert!(load.avoided(t, &AVERSION));
+        assert!(
+            load.avoided(Time::from_secs(100), &AVERSION),
+            "time alone does not forgive"
+        );
+        load.on_dispatch();
+        load.on_complete(Outcome::Cancelled, t, &AVERSION);
+        assert!(
+            load.avoided(t, &AVERSION),
+            "a cancelled query proves nothing"
+        );
+        load.on_dispatch();
+        load.on_complete(Outcome::Success, t, &AVERSION);
+        assert!(!load.avoided(t, &AVERSION), "a successful query does");
+        let off = Aversion {
+            threshold: 1.0,
+            ..AVERSION
+        };
+        for _ in 0..10 {
+            load.on_probe_failure();
+        }
+        assert!(!load.avoided(t, &off), "aversion disabled");
     }
 
     #[test]

@@ -433,6 +433,7 @@ impl<R: Rule> Policy for AsyncProbing<R> {
             tracing::trace!(policy = R::NAME, replica = %probe.replica, "reply from departed replica dropped");
             return;
         };
+        self.replicas.at_mut(slot).on_probe_reply();
         self.rule.on_reply(probe.replica, report, now);
         let budget = random_round(self.b_reuse, rng).max(1);
         self.pool.insert(Entry {
@@ -455,6 +456,9 @@ impl<R: Rule> Policy for AsyncProbing<R> {
 
     fn on_probe_failure(&mut self, probe: &ProbeRequest, now: Time) {
         self.pool.expire(now);
+        if let Some(load) = self.replicas.get_mut(probe.replica) {
+            load.on_probe_failure();
+        }
         tracing::trace!(policy = R::NAME, replica = %probe.replica, "probe failed");
     }
 
