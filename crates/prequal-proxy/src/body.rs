@@ -3,7 +3,9 @@
 //!
 //! Bodies are streamed frame by frame, never collected. A try is "in flight" for the policy
 //! (client-local RIF) until its response body has been read to the end, failed, or been dropped
-//! because the client went away; [`Tracked`] reports that moment through a [`TryGuard`].
+//! because the client went away; [`Tracked`] reports that moment through a [`TryGuard`]. A try
+//! counts as a success only once its body has ended: one whose client left first is
+//! [`Outcome::Cancelled`].
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -49,7 +51,8 @@ pub struct TryGuard {
     pub query: QueryId,
     /// When it was dispatched.
     pub start: Instant,
-    /// How it ended, as far as is known so far.
+    /// How it ended, as far as is known so far: [`Outcome::Cancelled`] until the response
+    /// has ended or failed.
     pub outcome: Outcome,
     /// A load report piggybacked on the response, if any.
     pub report: Option<LoadReport>,
@@ -76,6 +79,15 @@ pub fn grpc_failed(headers: &http::HeaderMap) -> bool {
     headers
         .get("grpc-status")
         .is_some_and(|v| matches!(v.as_bytes(), b"2" | b"4" | b"8" | b"13" | b"14" | b"15"))
+}
+
+/// Completes a try whose response body has ended: a success unless it already failed.
+fn finish(guard: &mut Option<TryGuard>) {
+    if let Some(mut guard) = guard.take()
+        && guard.outcome == Outcome::Cancelled
+    {
+        guard.outcome = Outcome::Success;
+    }
 }
 
 pin_project_lite::pin_project! {
@@ -109,8 +121,8 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.project();
-        let polled = this.inner.poll_frame(cx);
+        let mut this = self.project();
+        let polled = this.inner.as_mut().poll_frame(cx);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(trailers) = frame.trailers_ref()
@@ -119,10 +131,13 @@ where
                 {
                     guard.outcome = Outcome::Error;
                 }
+                // Trailers are a body's last frame, and a body that knows it is done may not
+                // be polled again: either way its end is now.
+                if frame.is_trailers() || this.inner.is_end_stream() {
+                    finish(this.guard);
+                }
             }
-            Poll::Ready(None) => {
-                this.guard.take();
-            }
+            Poll::Ready(None) => finish(this.guard),
             Poll::Ready(Some(Err(_))) => {
                 if let Some(mut guard) = this.guard.take() {
                     guard.outcome = Outcome::Error;

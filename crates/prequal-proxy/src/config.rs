@@ -194,6 +194,8 @@ pub struct ClusterConfig {
     pub pool_idle_timeout: Duration,
     /// Probes in flight at once for this cluster; more are reported failed. Default 256.
     pub max_probes_in_flight: usize,
+    /// Probes in flight at once to one replica; more to it are reported failed. Default 8.
+    pub max_probes_per_replica: usize,
 }
 
 impl Default for ClusterConfig {
@@ -217,6 +219,7 @@ impl Default for ClusterConfig {
             pool_max_idle_per_host: 64,
             pool_idle_timeout: Duration::from_secs(90),
             max_probes_in_flight: 256,
+            max_probes_per_replica: 8,
         }
     }
 }
@@ -373,6 +376,9 @@ impl ClusterConfig {
         }
         if self.max_probes_in_flight == 0 {
             return Err(("max_probes_in_flight".into(), "must be at least 1".into()));
+        }
+        if self.max_probes_per_replica == 0 {
+            return Err(("max_probes_per_replica".into(), "must be at least 1".into()));
         }
         let block = |e: prequal_core::retry_budget::BlockConfigError| {
             (format!("{}.{}", e.component, e.key), e.message)

@@ -167,12 +167,14 @@ async fn one_try(
     upstream: Request<ProxyBody>,
     deadline: Instant,
 ) -> Step {
+    // A try is cancelled until proven otherwise: if this future is dropped (the client went
+    // away, or another try answered first), the guard reports it as such.
     let mut guard = TryGuard {
         cluster: Arc::clone(cluster),
         replica: chosen.replica,
         query: chosen.query,
         start: Instant::now(),
-        outcome: Outcome::Success,
+        outcome: Outcome::Cancelled,
         report: None,
     };
     let limit = cluster
@@ -207,7 +209,8 @@ async fn one_try(
 }
 
 /// Turns the replica's response into the client's: hop-by-hop headers out, body tracked so
-/// the policy hears when it ends; a 5xx is a failed step (which the caller may retry).
+/// the policy hears when it ends (a success once it has been read to its end; cancelled if the
+/// client leaves before); a 5xx is a failed step (which the caller may retry).
 fn relay(response: Response<UpstreamBody>, mut guard: TryGuard) -> Step {
     guard.report = response
         .headers()
@@ -216,6 +219,9 @@ fn relay(response: Response<UpstreamBody>, mut guard: TryGuard) -> Step {
     let failed = response.status().is_server_error();
     if failed || grpc_failed(response.headers()) {
         guard.outcome = Outcome::Error;
+    } else if response.body().is_end_stream() {
+        // Nobody polls a body that is known to be empty, so its end is now.
+        guard.outcome = Outcome::Success;
     }
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers, false);

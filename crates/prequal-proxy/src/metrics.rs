@@ -183,6 +183,7 @@ impl Metrics {
             probes_ok: probe("ok"),
             probes_failed: probe("failed"),
             probes_dropped: probe("dropped"),
+            probes_skipped: probe("skipped"),
             connections_for_requests: connections("request"),
             connections_for_probes: connections("probe"),
             replicas: self.replicas.get_or_create_owned(&labels),
@@ -231,8 +232,10 @@ pub struct ClusterMetrics {
     pub probes_ok: Counter,
     /// Probes failed or timed out.
     pub probes_failed: Counter,
-    /// Probes not sent because too many were in flight.
+    /// Probes not sent because too many were in flight in the cluster.
     pub probes_dropped: Counter,
+    /// Probes not sent because their replica already had `max_probes_per_replica` outstanding.
+    pub probes_skipped: Counter,
     /// Connections opened to replicas for requests.
     pub connections_for_requests: Counter,
     /// Connections opened to replicas for probes.

@@ -7,9 +7,14 @@
 //! pool of its own ([`crate::upstream`]), waits at most the policy's `probe_timeout()`, and
 //! reports the parsed [`LoadReport`] or a failure back to the policy. A probe that timed out is
 //! still read to its end (for up to a second) so that its connection is reused, not replaced.
-//! Probe traffic is bounded: at most `max_probes_in_flight` per cluster, late ones included; a
-//! probe beyond that is reported failed at once, which is what the policy would see from an
-//! overloaded network anyway.
+//!
+//! Probe traffic is bounded twice, late probes included: at most `max_probes_per_replica` to one
+//! replica and `max_probes_in_flight` per cluster. A probe beyond either bound is reported
+//! failed at once without being sent. The per-replica bound is what keeps one hung host (it
+//! accepts connections and never answers, so each probe to it holds its slot for the probe
+//! timeout and the linger) from using up the cluster's probe capacity and blinding the policy
+//! to every other replica; and since a refused probe counts as a failed one, the policy learns
+//! from them that the replica does not answer (see prequal-core's error aversion).
 //!
 //! **Timer.** One task per cluster sleeps until the policy's `poll_timeout()` (idle probing,
 //! server-report polling for weighted-round-robin and yarp-p2c, sync-mode probe timeouts) or
@@ -18,6 +23,7 @@
 //! sleeps on. The task holds only a weak reference, so it ends when its cluster is dropped
 //! (after a reload).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
@@ -30,7 +36,7 @@ use prequal_server::protocol::{MAX_REPLY_LEN, parse_reply, probe_path_and_query}
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::body::{BoxError, empty};
-use crate::cluster::{Cluster, Outbox};
+use crate::cluster::{Cluster, Outbox, ProbeTarget};
 
 /// Rounds of "report failures, drain again" before leftover probes wait for the next event;
 /// keeps a policy that re-probes on every failure from looping while the probe slots are full.
@@ -65,8 +71,15 @@ impl Cluster {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return outbox.into_iter().map(|(p, _)| p).collect();
         };
-        for (probe, authority) in outbox {
-            let Some(authority) = authority else {
+        for (probe, target) in outbox {
+            let Some(target) = target else {
+                failed.push(probe);
+                continue;
+            };
+            let Some(outstanding) =
+                Outstanding::take(&target, self.config().max_probes_per_replica)
+            else {
+                self.metrics.probes_skipped.inc();
                 failed.push(probe);
                 continue;
             };
@@ -76,9 +89,32 @@ impl Cluster {
                 continue;
             };
             let cluster = Arc::clone(self);
-            runtime.spawn(run_probe(cluster, probe, authority, permit));
+            let slot = (permit, outstanding);
+            runtime.spawn(run_probe(cluster, probe, target.authority, slot));
         }
         failed
+    }
+}
+
+/// One probe counted as outstanding at its replica until dropped.
+struct Outstanding(Arc<AtomicUsize>);
+
+impl Outstanding {
+    /// Counts one more probe to `target`, unless it already has `max` outstanding.
+    fn take(target: &ProbeTarget, max: usize) -> Option<Self> {
+        target
+            .outstanding
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Outstanding(Arc::clone(&target.outstanding)))
+    }
+}
+
+impl Drop for Outstanding {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -86,7 +122,7 @@ async fn run_probe(
     cluster: Arc<Cluster>,
     probe: ProbeRequest,
     authority: http::uri::Authority,
-    permit: OwnedSemaphorePermit,
+    permit: (OwnedSemaphorePermit, Outstanding),
 ) {
     // Probes are spawned while a request is being picked for; yielding once lets that request
     // be written to its replica first, so probing never delays the query that triggered it.

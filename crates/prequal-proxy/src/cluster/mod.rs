@@ -15,11 +15,12 @@
 //! a request already tried.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use http::uri::Authority;
+use prequal_core::latency_quantile::RecentLatencies;
 use prequal_core::outlier::OutlierDetector;
 use prequal_core::retry_budget::RetryBudget;
 use prequal_core::{
@@ -40,11 +41,22 @@ use crate::upstream::Upstream;
 /// Probe timeout for policies that do not name one (they never probe, so it is only a bound).
 const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_millis(100);
 
+/// How much history the cluster's quantiles of recent successful latencies cover.
+const RECENT_WINDOW: Duration = Duration::from_secs(10);
+
 /// The shortest sleep of the timer task, so a policy that keeps asking for "now" cannot spin it.
 const MIN_TIMER_STEP: Duration = Duration::from_micros(50);
 
-/// A probe to send, with the address it goes to (`None` if the replica left meanwhile).
-pub(crate) type Outbox = Vec<(ProbeRequest, Option<Authority>)>;
+/// A probe to send, with where it goes (`None` if the replica left meanwhile).
+pub(crate) type Outbox = Vec<(ProbeRequest, Option<ProbeTarget>)>;
+
+/// The replica a probe goes to: its address and its count of probes outstanding.
+#[derive(Debug, Clone)]
+pub(crate) struct ProbeTarget {
+    pub(crate) authority: Authority,
+    /// Probes sent to the replica that have not finished yet, late ones included.
+    pub(crate) outstanding: Arc<AtomicUsize>,
+}
 
 /// The replica a try goes to.
 #[derive(Debug, Clone)]
@@ -117,6 +129,7 @@ impl Cluster {
             budget,
             waiting: HashMap::new(),
             armed: None,
+            recent: RecentLatencies::new(RECENT_WINDOW),
         };
         let metrics = registry.cluster(name);
         let upstreams = |opened: &prometheus_client::metrics::counter::Counter| {
@@ -225,6 +238,7 @@ impl Cluster {
                 initial,
                 in_policy: true,
                 metrics,
+                probes_outstanding: Arc::default(),
             };
             core.members.insert(id, member);
             core.by_addr.insert(addr.clone(), id);
@@ -318,7 +332,9 @@ impl Cluster {
     }
 
     /// A try finished: feeds the policy (error aversion sees 5xx and timeouts as failures) and
-    /// outlier ejection, which may take the replica out of the policy.
+    /// outlier ejection, which may take the replica out of the policy. A cancelled try (the
+    /// client left, or another try answered first) counts for ejection as a timeout once it
+    /// has outlived the cluster's recent p99 of successful tries, and not at all before.
     pub fn complete(
         self: &Arc<Self>,
         replica: ReplicaId,
@@ -342,9 +358,28 @@ impl Cluster {
         if let Some(member) = core.members.get(&replica) {
             member.metrics.tried(outcome);
         }
+        match outcome {
+            Outcome::Success => core.recent.record(latency, now),
+            Outcome::Cancelled if !core.outlived_normal(latency, now) => {
+                // Abandoned early: says nothing about the replica either way.
+                return self.after_event(guard, now);
+            }
+            _ => {}
+        }
+        // A try abandoned after it outlived what healthy tries take is as good as timed out.
+        let outcome = match outcome {
+            Outcome::Cancelled => Outcome::Timeout,
+            other => other,
+        };
         core.record_outlier(replica, outcome, now, &self.metrics);
-        let outbox = core.drain(now);
-        let rearm = core.rearm(now);
+        self.after_event(guard, now);
+    }
+
+    /// Ends an event: drains the policy's outputs, rearms the timer, releases the lock and
+    /// sends the probes asked for.
+    fn after_event(self: &Arc<Self>, mut guard: MutexGuard<'_, Core>, now: Time) {
+        let outbox = guard.drain(now);
+        let rearm = guard.rearm(now);
         drop(guard);
         if rearm {
             self.wake.notify_one();

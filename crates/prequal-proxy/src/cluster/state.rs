@@ -4,8 +4,12 @@
 //! policy.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
 
 use http::uri::Authority;
+use prequal_core::latency_quantile::RecentLatencies;
 use prequal_core::outlier::OutlierDetector;
 use prequal_core::retry_budget::RetryBudget;
 use prequal_core::{Outcome, Pick, Policy, QueryId, ReplicaChange, ReplicaId, Time};
@@ -13,9 +17,14 @@ use rand::Rng;
 use rand::rngs::SmallRng;
 use tokio::sync::oneshot;
 
-use super::{Chosen, Outbox};
+use super::{Chosen, Outbox, ProbeTarget};
 use crate::config::ClusterConfig;
 use crate::metrics::{ClusterMetrics, ReplicaMetrics};
+
+/// Successful tries needed before their p99 says what is normal for the cluster.
+const MIN_NORMAL_SAMPLES: u64 = 20;
+/// What counts as normal while too few tries have succeeded to know.
+pub(super) const UNKNOWN_NORMAL: Duration = Duration::from_secs(1);
 
 /// A replica as the driver knows it.
 #[derive(Debug)]
@@ -27,6 +36,8 @@ pub(super) struct Member {
     /// False while outlier ejection keeps it out of the policy.
     pub(super) in_policy: bool,
     pub(super) metrics: ReplicaMetrics,
+    /// Probes to it not finished yet (see [`ProbeTarget`]).
+    pub(super) probes_outstanding: Arc<AtomicUsize>,
 }
 
 /// Everything behind the cluster's lock.
@@ -43,9 +54,21 @@ pub(super) struct Core {
     pub(super) waiting: HashMap<QueryId, oneshot::Sender<Pick>>,
     /// The deadline the timer task sleeps until.
     pub(super) armed: Option<Time>,
+    /// Latencies of recent successful tries, the cluster's sense of normal.
+    pub(super) recent: RecentLatencies,
 }
 
 impl Core {
+    /// Whether a try abandoned after `elapsed` had outlived what healthy tries take: the
+    /// recent p99 of successful tries, or [`UNKNOWN_NORMAL`] while too few are known.
+    pub(super) fn outlived_normal(&self, elapsed: Duration, now: Time) -> bool {
+        let normal = match self.recent.count(now) >= MIN_NORMAL_SAMPLES {
+            true => self.recent.quantile(0.99, now).unwrap_or(UNKNOWN_NORMAL),
+            false => UNKNOWN_NORMAL,
+        };
+        elapsed > normal
+    }
+
     /// Turns a policy decision into a dispatched try, honouring exclusion and slow start.
     pub(super) fn commit(
         &mut self,
@@ -121,11 +144,11 @@ impl Core {
         }
         let mut outbox = Vec::new();
         while let Some(probe) = self.policy.poll_probe(now, &mut self.rng) {
-            let authority = self
-                .members
-                .get(&probe.replica)
-                .map(|m| m.authority.clone());
-            outbox.push((probe, authority));
+            let target = self.members.get(&probe.replica).map(|m| ProbeTarget {
+                authority: m.authority.clone(),
+                outstanding: Arc::clone(&m.probes_outstanding),
+            });
+            outbox.push((probe, target));
         }
         outbox
     }

@@ -1,0 +1,169 @@
+//! Replica faults the proxy must read right, over HTTP/1.1 and HTTP/2: tries that clients
+//! abandon on a replica that never answers, and a hung host with many probes outstanding.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+
+/// Sends one GET and gives up after `patience`, as an impatient client does; `Some(status)` if
+/// the whole response came in time.
+async fn get_within(client: &TestClient, addr: SocketAddr, patience: Duration) -> Option<u16> {
+    let req = Request::get(format!("http://{addr}/work"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let fut = async {
+        let resp = client.request(req).await.ok()?;
+        let status = resp.status().as_u16();
+        resp.into_body().collect().await.ok()?;
+        Some(status)
+    };
+    tokio::time::timeout(patience, fut).await.ok().flatten()
+}
+
+/// The sum of every sample line that contains all of `parts`.
+fn metric_sum(text: &str, parts: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && parts.iter().all(|p| l.contains(p)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn abandoned_tries_eject(proto: Proto) {
+    let backends = futures_join(2).await;
+    let refs: Vec<&Backend> = backends.iter().collect();
+    let extra = "outlier = { consecutive_failures = 3, base_ejection = \"60s\" }";
+    let proxy = start_proxy(&config_text(&refs, proto, "\"round-robin\"", extra)).await;
+    let client = client(proto);
+    // Enough successes for the cluster to know what a normal try takes.
+    assert_eq!(load(&client, proxy.addr, 40, 2).await, 40);
+    // Replica 0 stops answering (as under SIGSTOP: connections accepted, nothing sent back),
+    // and clients give up long before the proxy's 10 s try timeout.
+    backends[0].set_delay_ms(60_000);
+    let mut answered = 0;
+    for _ in 0..20 {
+        if get_within(&client, proxy.addr, Duration::from_millis(300)).await == Some(200) {
+            answered += 1;
+        }
+        // Lets the proxy see the client leave before the next request is picked for.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let admin = client_again(Proto::H1);
+    let metrics = get(&admin, proxy.admin, "/metrics").await.1;
+    let stopped = backends[0].addr.to_string();
+    let cancelled = metric_sum(
+        &metrics,
+        &["upstream_tries_total", &stopped, "outcome=\"cancelled\""],
+    );
+    let success = metric_sum(
+        &metrics,
+        &["upstream_tries_total", &stopped, "outcome=\"success\""],
+    );
+    assert!(
+        (3.0..=4.0).contains(&cancelled),
+        "abandoned tries are counted as cancelled: {cancelled}\n{metrics}"
+    );
+    assert_eq!(success, 20.0, "only the tries before the stop succeeded");
+    assert_eq!(
+        metric(&metrics, "prequal_proxy_ejected_replicas{cluster=\"test\"}"),
+        1.0,
+        "a replica whose tries outlive every client is ejected\n{metrics}"
+    );
+    assert!(
+        answered >= 16,
+        "after the ejection every request is answered: {answered}"
+    );
+    let view = get(&admin, proxy.admin, "/clusters/test").await.1;
+    assert!(view.contains("\"ejected\": true"), "{view}");
+}
+over_h1_and_h2!(
+    tries_abandoned_by_clients_count_as_cancelled_and_eject_a_stopped_replica,
+    abandoned_tries_eject
+);
+
+async fn quick_abandon_is_not_a_failure(proto: Proto) {
+    let backends = futures_join(1).await;
+    backends[0].set_delay_ms(200);
+    let refs: Vec<&Backend> = backends.iter().collect();
+    let extra = "outlier = { consecutive_failures = 2, base_ejection = \"60s\" }";
+    let proxy = start_proxy(&config_text(&refs, proto, "\"round-robin\"", extra)).await;
+    let client = client(proto);
+    // With nothing known yet, a try abandoned after 50 ms has not outlived a healthy one.
+    for _ in 0..4 {
+        assert_eq!(
+            get_within(&client, proxy.addr, Duration::from_millis(50)).await,
+            None
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let metrics = get(&client_again(Proto::H1), proxy.admin, "/metrics")
+        .await
+        .1;
+    assert!(
+        metric_sum(&metrics, &["upstream_tries_total", "outcome=\"cancelled\""]) >= 3.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        metric(&metrics, "prequal_proxy_ejected_replicas{cluster=\"test\"}"),
+        0.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        get_within(&client, proxy.addr, Duration::from_secs(2)).await,
+        Some(200)
+    );
+}
+over_h1_and_h2!(
+    a_client_giving_up_early_does_not_count_against_the_replica,
+    quick_abandon_is_not_a_failure
+);
+
+async fn hung_host_keeps_probes_flowing(proto: Proto) {
+    let backends = futures_join(4).await;
+    // A host down: the replica and its probe endpoint accept and never answer.
+    backends[0].set_delay_ms(60_000);
+    backends[0].set_probe_delay_ms(60_000);
+    let refs: Vec<&Backend> = backends.iter().collect();
+    let policy = "{ name = \"prequal\", probe_timeout = \"100ms\" }";
+    // A small cluster budget (three times the default per-replica bound), which a few dozen
+    // queries would fill with probes that hang if nothing else bounded them.
+    let extra = "max_probes_in_flight = 24\ntry_timeout = \"300ms\"\noutlier_ejection = false";
+    let proxy = start_proxy(&config_text(&refs, proto, policy, extra)).await;
+    let client = client(proto);
+    let ok = load(&client, proxy.addr, 200, 4).await;
+    let metrics = get(&client_again(Proto::H1), proxy.admin, "/metrics")
+        .await
+        .1;
+    let dropped = metric_sum(&metrics, &["probes_total", "result=\"dropped\""]);
+    let skipped = metric_sum(&metrics, &["probes_total", "result=\"skipped\""]);
+    let answered = metric_sum(&metrics, &["probes_total", "result=\"ok\""]);
+    assert_eq!(
+        dropped, 0.0,
+        "the hung host never used up the cluster's probe slots\n{metrics}"
+    );
+    assert!(
+        skipped > 0.0,
+        "probes beyond the hung host's own bound were skipped"
+    );
+    assert!(
+        answered > 300.0,
+        "the healthy replicas kept answering probes: {answered}"
+    );
+    assert_eq!(ok, 200, "timed-out tries were retried elsewhere");
+    assert!(
+        backends[0].hits() <= 10,
+        "the policy avoided the replica whose probes fail: {} tries",
+        backends[0].hits()
+    );
+}
+over_h1_and_h2!(
+    a_hung_host_does_not_starve_the_probes_of_the_others,
+    hung_host_keeps_probes_flowing
+);
