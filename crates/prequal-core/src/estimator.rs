@@ -27,6 +27,11 @@
 //! (default 10 s), so a replica that clients shun for being slow is tried again eventually
 //! instead of never.
 //!
+//! Queries whose clients went away before the answer ([`LoadTracker::on_abandon`]) leave their
+//! wait as a sample when it is longer than the estimate: it is a lower bound on their latency,
+//! and without it a replica too slow for its clients' patience would have no slow samples at
+//! all and report the speed of its last queries that did finish.
+//!
 //! Two signals go beyond the paper's median, each with a key to turn it off. The stale decay
 //! above is one. The other is the **in-flight floor** ([`EstimatorConfig::in_flight_floor`]):
 //! a median of finished queries cannot see a stall until the first stalled query finishes, so
@@ -723,11 +728,24 @@ impl LoadTracker {
         }
     }
 
-    /// The query that `arrival` describes left without a response worth measuring (its client
-    /// went away): no longer in flight, and its truncated latency stays out of the estimate.
-    pub fn on_abandon(&mut self, arrival: Arrival) {
+    /// The query that `arrival` describes left at `now` without a response (its client went
+    /// away): no longer in flight.
+    ///
+    /// How long it had waited is a lower bound on its latency. When that bound is above what
+    /// the estimate says a query at its RIF takes, it is recorded as a sample: a replica too
+    /// slow for its clients' patience, whose queries all end this way, must not report the
+    /// fast latency of its last completed ones (or none at all) once the in-flight floor no
+    /// longer sees them. A bound below the estimate says nothing against it and is dropped, so
+    /// clients that give up early (or hedges cancelled on a healthy replica) never make the
+    /// estimate look faster than it is.
+    pub fn on_abandon(&mut self, arrival: Arrival, now: Time) {
         self.rif = self.rif.saturating_sub(1);
         self.in_flight.leave(arrival.at);
+        let waited = now.saturating_since(arrival.at);
+        let believed = self.estimator.estimate(arrival.rif, now);
+        if believed.is_none_or(|latency| waited > latency) {
+            self.estimator.record(arrival.rif, waited, now);
+        }
     }
 
     /// Requests in flight now.

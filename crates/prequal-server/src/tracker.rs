@@ -132,11 +132,17 @@ impl SharedTracker {
         self.lock().on_finish(arrival, outcome, now);
     }
 
-    /// The query left without a response worth measuring (its client went away): no longer in
-    /// flight, but its truncated latency must not enter the estimate.
+    /// The query left now without a response (its client went away): no longer in flight; its
+    /// wait is kept as evidence where it exceeds the estimate (see
+    /// [`prequal_core::LoadTracker::on_abandon`]).
     pub fn on_abandon(&self, arrival: Arrival) {
+        self.on_abandon_at(arrival, self.clock.now());
+    }
+
+    /// The query left at `now` without a response.
+    pub fn on_abandon_at(&self, arrival: Arrival, now: Time) {
         self.decrement();
-        self.lock().on_abandon(arrival);
+        self.lock().on_abandon(arrival, now);
     }
 
     /// Requests in flight now.
@@ -196,9 +202,9 @@ mod tests {
         assert_eq!((first.rif, second.rif, tracker.rif()), (0, 1, 2));
         tracker.on_finish_at(first, Outcome::Success, Time::from_millis(5));
         assert_eq!(tracker.rif(), 1);
-        tracker.on_abandon(second);
+        tracker.on_abandon_at(second, Time::from_millis(6));
         assert_eq!(tracker.rif(), 0);
-        tracker.on_abandon(second);
+        tracker.on_abandon_at(second, Time::from_millis(6));
         assert_eq!(tracker.rif(), 0, "an extra finish must not wrap");
     }
 
@@ -241,8 +247,10 @@ mod tests {
         // 2 ms median, grown by the 399 ms the oldest has waited beyond the slowest sample.
         assert_eq!(report.latency, Duration::from_millis(2 + 399 - 2));
         for a in stuck {
-            tracker.on_abandon(a);
+            tracker.on_abandon_at(a, Time::from_millis(700));
         }
+        // Their clients gave up. Their waits are kept at the RIF each arrived at, where the
+        // twenty fresh 2 ms samples still hold the median.
         let report = tracker.report_at(Time::from_millis(700));
         assert_eq!((report.rif, report.latency), (0, Duration::from_millis(2)));
     }

@@ -11,7 +11,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use common::{Proto, client, fetch, probe_until, request, spawn};
+use common::{Proto, client, fetch, probe, probe_until, request, spawn};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use http_body_util::channel::Channel;
@@ -186,3 +186,49 @@ async fn unreachable_upstream_is_a_counted_502(proto: Proto) {
     assert_eq!(report.error_rate, Some(1.0));
 }
 both_protocols!(unreachable_upstream_is_a_counted_502);
+
+async fn too_slow_for_its_clients_does_not_look_fast(proto: Proto) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
+    // A replica that answers after `delay_ms`, switched from 20 ms to 1 s mid-test.
+    let delay_ms = Arc::new(AtomicU64::new(20));
+    let delay = Arc::clone(&delay_ms);
+    let slow = tower::service_fn(move |_req: Request<Incoming>| {
+        let wait = Duration::from_millis(delay.load(Ordering::SeqCst));
+        async move {
+            tokio::time::sleep(wait).await;
+            Ok::<_, Infallible>(Response::new(http_body_util::Full::new(
+                Bytes::from_static(b"ok"),
+            )))
+        }
+    });
+    let upstream = spawn(slow).await;
+    let tracker = Arc::new(SharedTracker::new(EstimatorConfig::default()));
+    let service = tower::ServiceBuilder::new()
+        .layer(ProbeLayer::new(Arc::clone(&tracker)))
+        .service(Forward::new(&upstream.addr.to_string()).unwrap());
+    let sidecar = spawn(service).await;
+    let client = client(proto);
+    for _ in 0..20 {
+        let reply = fetch(&client, request(proto, sidecar.addr, "GET", "/", "")).await;
+        assert_eq!(reply.status, StatusCode::OK);
+    }
+    let healthy = probe(&client, proto, sidecar.addr).await.latency;
+    assert!(healthy < Duration::from_millis(200), "{healthy:?}");
+    // Now every query takes 1 s, and clients give up after 250 ms.
+    delay_ms.store(1_000, Ordering::SeqCst);
+    for _ in 0..12 {
+        let req = request(proto, sidecar.addr, "GET", "/", "");
+        let gave_up = tokio::time::timeout(Duration::from_millis(250), client.request(req)).await;
+        assert!(gave_up.is_err(), "the slow replica answered in time");
+    }
+    // Once the sidecar has seen them leave, nothing is in flight and the abandoned waits are
+    // the newest evidence: the replica must not report its old 20 ms.
+    let report = probe_until(&client, proto, sidecar.addr, |r| {
+        r.rif == 0 && r.latency >= Duration::from_millis(200)
+    })
+    .await;
+    assert_eq!(report.rif, 0, "{report:?}");
+    assert!(report.latency >= Duration::from_millis(200), "{report:?}");
+}
+both_protocols!(too_slow_for_its_clients_does_not_look_fast);

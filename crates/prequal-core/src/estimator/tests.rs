@@ -533,11 +533,48 @@ fn a_stall_raises_the_report_before_its_first_query_finishes() {
     assert_eq!(tracker.stalled_for(now), Some(ms(299)));
     assert_eq!(tracker.report(now).latency, ms(294));
     for arrival in stuck {
-        tracker.on_abandon(arrival);
+        tracker.on_abandon(arrival, now);
     }
     assert_eq!(tracker.rif(), 0);
     assert_eq!(tracker.stalled_for(now), None);
+    // Their clients gave up, but how long they waited (120 to 300 ms) stays as evidence at the
+    // RIF each arrived at: at RIF 0 the many fresh steady samples still hold the median, at
+    // the RIFs the stall built up nothing but the waits is known.
+    assert!(tracker.report(now).latency <= ms(15));
+    let piled_up = tracker.report_at_rif(8, now).latency;
+    assert!(piled_up >= ms(120), "{piled_up:?}");
+    // Once the replica answers quickly again, fresh samples take over.
+    for i in 0..32 {
+        let t = Time::from_millis(1_300 + i);
+        let arrival = tracker.on_arrival(t);
+        tracker.on_finish(arrival, Outcome::Success, t + ms(10));
+    }
+    assert_eq!(tracker.report(Time::from_millis(1_341)).latency, ms(10));
+}
+
+#[test]
+fn abandoned_waits_count_only_as_evidence_of_slowness() {
+    let mut tracker = steady(EstimatorConfig::default());
+    let now = Time::from_millis(1_000);
     assert_eq!(tracker.report(now).latency, ms(10));
+    // Clients that give up after 2 ms on a replica that takes 10 ms say nothing against it.
+    for i in 0..40 {
+        let t = now + ms(i);
+        let arrival = tracker.on_arrival(t);
+        tracker.on_abandon(arrival, t + ms(2));
+    }
+    assert_eq!(tracker.report(now + ms(42)).latency, ms(10));
+    // A replica too slow for its clients' patience: every query is abandoned after 900 ms.
+    let mut tracker = steady(EstimatorConfig::default());
+    let arrivals: Vec<Arrival> = (0..20)
+        .map(|i| tracker.on_arrival(Time::from_millis(1_000 + 50 * i)))
+        .collect();
+    for arrival in &arrivals {
+        tracker.on_abandon(*arrival, arrival.at + ms(900));
+    }
+    assert_eq!(tracker.rif(), 0);
+    let report = tracker.report(Time::from_millis(2_850)).latency;
+    assert_eq!(report, ms(900));
 }
 
 #[test]
