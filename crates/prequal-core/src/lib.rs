@@ -48,7 +48,7 @@ pub use estimator::{
     Arrival, EstimatorConfig, EstimatorConfigError, LatencyEstimator, LoadTracker,
 };
 pub use ewma::PeakEwma;
-pub use outlier::{OutlierConfig, OutlierDetector};
+pub use outlier::{Ejection, EjectionReason, OutlierConfig, OutlierDetector};
 pub use policy::{
     Completion, LoadReport, Outcome, Pick, Policy, PoolEntryView, ProbeId, ProbeRequest, Query,
     QueryId, ReplicaView, Snapshot,

@@ -112,6 +112,46 @@ struct Record {
     ejected_until: Option<Time>,
 }
 
+/// Why a replica was ejected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EjectionReason {
+    /// This many failures in a row.
+    ConsecutiveFailures(u32),
+    /// Too low a success rate over the window: `ok` successes against `failed` failures.
+    LowSuccessRate {
+        /// Successes in the window.
+        ok: u64,
+        /// Failures in the window.
+        failed: u64,
+    },
+    /// Its first result after an ejection ended was a failure.
+    FailedOnProbation,
+}
+
+impl std::fmt::Display for EjectionReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EjectionReason::ConsecutiveFailures(n) => write!(f, "{n} failures in a row"),
+            EjectionReason::LowSuccessRate { ok, failed } => {
+                let rate = 100.0 * *ok as f64 / (*ok + *failed).max(1) as f64;
+                write!(f, "success rate {rate:.1}% ({ok} ok, {failed} failed)")
+            }
+            EjectionReason::FailedOnProbation => write!(f, "failed again after its ejection"),
+        }
+    }
+}
+
+/// An ejection that [`OutlierDetector::on_result`] just decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ejection {
+    /// Why.
+    pub reason: EjectionReason,
+    /// How long it lasts.
+    pub duration: Duration,
+    /// Its number since the replica last proved healthy (1 for the first).
+    pub number: u32,
+}
+
 /// One replica's state, for admin pages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct OutlierView {
@@ -201,17 +241,20 @@ impl OutlierDetector {
             .min()
     }
 
-    /// Records how a query sent to `replica` ended.
-    pub fn on_result(&mut self, replica: ReplicaId, outcome: Outcome, now: Time) {
+    /// Records how a query sent to `replica` ended; returns the ejection it caused, if any.
+    pub fn on_result(
+        &mut self,
+        replica: ReplicaId,
+        outcome: Outcome,
+        now: Time,
+    ) -> Option<Ejection> {
         let cap_reached = self.ejected_count(now) >= self.cap();
         let config = &self.config;
-        let Some(record) = self.replicas.get_mut(replica) else {
-            return;
-        };
+        let record = self.replicas.get_mut(replica)?;
         let failed = outcome.is_failure();
         match record.ejected_until {
             // Results of queries sent before the ejection tell nothing new.
-            Some(until) if now < until => return,
+            Some(until) if now < until => return None,
             // On probation, one success proves the replica healthy again.
             Some(_) if !failed => {
                 record.ejections = 0;
@@ -228,17 +271,31 @@ impl OutlierDetector {
         let volume = ok + bad;
         let rate_low = volume >= u64::from(config.success_rate_min_requests)
             && (ok as f64) < config.min_success_rate * volume as f64;
-        let trip = failed
-            && (on_probation || record.consecutive >= config.consecutive_failures || rate_low);
-        if trip && !cap_reached {
-            let until = now + Self::backoff(config, record.ejections);
-            record.ejections = record.ejections.saturating_add(1);
-            record.ejected_until = Some(until);
-            record.consecutive = 0;
-            record.results.clear();
-            tracing::trace!(%replica, until_ns = until.as_nanos(), ejections = record.ejections,
-                ok, bad, "outlier ejected");
+        let reason = match () {
+            _ if !failed => return None,
+            _ if on_probation => EjectionReason::FailedOnProbation,
+            _ if record.consecutive >= config.consecutive_failures => {
+                EjectionReason::ConsecutiveFailures(record.consecutive)
+            }
+            _ if rate_low => EjectionReason::LowSuccessRate { ok, failed: bad },
+            _ => return None,
+        };
+        if cap_reached {
+            return None;
         }
+        let duration = Self::backoff(config, record.ejections);
+        let until = now + duration;
+        record.ejections = record.ejections.saturating_add(1);
+        record.ejected_until = Some(until);
+        record.consecutive = 0;
+        record.results.clear();
+        tracing::trace!(%replica, until_ns = until.as_nanos(), ejections = record.ejections,
+            ok, bad, "outlier ejected");
+        Some(Ejection {
+            reason,
+            duration,
+            number: record.ejections,
+        })
     }
 
     /// The length of ejection number `prior + 1`.
@@ -277,7 +334,9 @@ mod tests {
     }
 
     fn fail(d: &mut OutlierDetector, id: u32, times: u32, now: Time) {
-        (0..times).for_each(|_| d.on_result(ReplicaId(id), Outcome::Error, now));
+        (0..times).for_each(|_| {
+            d.on_result(ReplicaId(id), Outcome::Error, now);
+        });
     }
 
     #[test]
@@ -287,10 +346,29 @@ mod tests {
         d.on_result(ReplicaId(1), Outcome::Success, Time::ZERO);
         fail(&mut d, 1, 4, Time::ZERO);
         assert!(!d.is_ejected(ReplicaId(1), Time::ZERO));
-        d.on_result(ReplicaId(1), Outcome::Timeout, Time::ZERO);
+        let ejection = d.on_result(ReplicaId(1), Outcome::Timeout, Time::ZERO);
+        assert_eq!(
+            ejection,
+            Some(Ejection {
+                reason: EjectionReason::ConsecutiveFailures(5),
+                duration: Duration::from_secs(5),
+                number: 1,
+            })
+        );
+        assert_eq!(ejection.unwrap().reason.to_string(), "5 failures in a row");
         assert!(d.is_ejected(ReplicaId(1), Time::ZERO));
         assert_eq!(d.next_unejection(Time::ZERO), Some(Time::from_secs(5)));
         assert!(!d.is_ejected(ReplicaId(1), Time::from_secs(5)));
+        // On probation, one failure ejects again, for twice as long.
+        let again = d.on_result(ReplicaId(1), Outcome::Error, Time::from_secs(5));
+        assert_eq!(
+            again.map(|e| (e.reason, e.duration, e.number)),
+            Some((
+                EjectionReason::FailedOnProbation,
+                Duration::from_secs(10),
+                2
+            ))
+        );
     }
 
     #[test]

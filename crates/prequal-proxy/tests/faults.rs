@@ -82,6 +82,22 @@ async fn abandoned_tries_eject(proto: Proto) {
     );
     let view = get(&admin, proxy.admin, "/clusters/test").await.1;
     assert!(view.contains("\"ejected\": true"), "{view}");
+    // The ejection as an operator reads it: by address, with the time left and its end.
+    let json: serde_json::Value = serde_json::from_str(&view).unwrap();
+    let entry = json["outlier"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["address"] == stopped.as_str())
+        .expect("the stopped replica's outlier entry names its address")
+        .clone();
+    let left = entry["ejected_for"].as_str().unwrap();
+    assert!(left.ends_with('s') || left.ends_with("ms"), "{entry}");
+    assert!(
+        entry["ejected_until"].as_str().unwrap().ends_with('Z'),
+        "{entry}"
+    );
+    assert_eq!(entry["ejections"], 1);
 }
 over_h1_and_h2!(
     tries_abandoned_by_clients_count_as_cancelled_and_eject_a_stopped_replica,

@@ -41,6 +41,11 @@ use crate::upstream::Upstream;
 /// Probe timeout for policies that do not name one (they never probe, so it is only a bound).
 const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_millis(100);
 
+/// `d` rounded to whole milliseconds, for people to read.
+fn round_ms(d: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// How much history the cluster's quantiles of recent successful latencies cover.
 const RECENT_WINDOW: Duration = Duration::from_secs(10);
 
@@ -239,6 +244,7 @@ impl Cluster {
                 in_policy: true,
                 metrics,
                 probes_outstanding: Arc::default(),
+                failing: false,
             };
             core.members.insert(id, member);
             core.by_addr.insert(addr.clone(), id);
@@ -444,7 +450,25 @@ impl Cluster {
                 })
             })
             .collect();
-        let outlier = core.outlier.as_ref().map(|o| o.views(now));
+        // Ejections as an operator reads them: the replica's address, how long is left, and
+        // when that is on the wall clock.
+        let wall_now = std::time::SystemTime::now();
+        let outlier = core.outlier.as_ref().map(|o| {
+            o.views(now)
+                .into_iter()
+                .map(|v| {
+                    let left = v.ejected_until.map(|t| t.saturating_since(now));
+                    serde_json::json!({
+                        "replica": v.replica,
+                        "address": core.members.get(&v.replica).map(|m| m.authority.as_str()),
+                        "consecutive_failures": v.consecutive_failures,
+                        "ejections": v.ejections,
+                        "ejected_for": left.map(|d| humantime::format_duration(round_ms(d)).to_string()),
+                        "ejected_until": left.map(|d| humantime::format_rfc3339_millis(wall_now + d).to_string()),
+                    })
+                })
+                .collect::<Vec<_>>()
+        });
         serde_json::json!({
             "name": self.name,
             "policy": core.policy.name(),

@@ -38,6 +38,8 @@ pub(super) struct Member {
     pub(super) metrics: ReplicaMetrics,
     /// Probes to it not finished yet (see [`ProbeTarget`]).
     pub(super) probes_outstanding: Arc<AtomicUsize>,
+    /// Its last try that ended either way failed (for logging the start and end of failures).
+    pub(super) failing: bool,
 }
 
 /// Everything behind the cluster's lock.
@@ -175,6 +177,9 @@ impl Core {
         }
     }
 
+    /// Feeds a try's outcome to outlier ejection, which may take the replica out of the
+    /// policy; logs when a replica starts and stops failing, and why and for how long it is
+    /// ejected.
     pub(super) fn record_outlier(
         &mut self,
         replica: ReplicaId,
@@ -182,22 +187,38 @@ impl Core {
         now: Time,
         m: &ClusterMetrics,
     ) {
+        let Some(member) = self.members.get_mut(&replica) else {
+            return;
+        };
+        // Failures are logged when they start and end, not one line per failed try.
+        if outcome.is_failure() && !member.failing {
+            tracing::info!(cluster = %m.name, replica = %member.authority, ?outcome, "replica failing");
+        } else if outcome == Outcome::Success && member.failing {
+            tracing::info!(cluster = %m.name, replica = %member.authority, "replica answering again");
+        }
+        member.failing = outcome.is_failure() || (member.failing && outcome != Outcome::Success);
         let Some(outlier) = &mut self.outlier else {
             return;
         };
-        outlier.on_result(replica, outcome, now);
-        let ejected = outlier.is_ejected(replica, now);
-        if let Some(member) = self.members.get_mut(&replica)
-            && ejected
-            && member.in_policy
-        {
-            member.in_policy = false;
-            member.metrics.ejections.inc();
-            tracing::info!(cluster = %m.name, replica = %member.authority, "replica ejected");
-            self.policy
-                .on_replica_change(ReplicaChange::Remove(replica), now);
-            m.ejected.set(self.ejected_count());
+        let Some(ejection) = outlier.on_result(replica, outcome, now) else {
+            return;
+        };
+        if !member.in_policy {
+            return;
         }
+        member.in_policy = false;
+        member.metrics.ejections.inc();
+        tracing::warn!(
+            cluster = %m.name,
+            replica = %member.authority,
+            reason = %ejection.reason,
+            duration = %humantime::format_duration(ejection.duration),
+            ejection = ejection.number,
+            "replica ejected"
+        );
+        self.policy
+            .on_replica_change(ReplicaChange::Remove(replica), now);
+        m.ejected.set(self.ejected_count());
     }
 
     pub(super) fn ejected_count(&self) -> i64 {
