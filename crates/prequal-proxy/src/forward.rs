@@ -1,34 +1,47 @@
-//! Forwarding one request: route, pick, send, and retry within the rules.
+//! Forwarding one request: route, pick, send, hedge, and retry within the rules.
 //!
-//! A request is matched to a cluster by its routes, then tried up to `max_attempts` times. Each
-//! try asks the cluster's policy for a replica (never one this request already tried, while
-//! others are left), rewrites the URI to that replica, and waits at most `try_timeout` (and
-//! never past the request's overall `request_timeout`) for the response headers. The body
-//! streams through untouched in both directions.
+//! A request is matched to a cluster by its routes, then tried up to `max_attempts` times
+//! (hedges included). Each try asks the cluster's policy for a replica (never one this request
+//! already tried, while others are left), rewrites the URI to that replica, and waits at most
+//! `try_timeout` (and never past the request's overall `request_timeout`) for the response
+//! headers. The response body streams back untouched.
 //!
-//! What is retried, always within the cluster's retry budget:
+//! **Hedging** (Dean and Barroso, "The Tail at Scale", CACM 2013): when the first try of a
+//! request that may be retried has not answered after the hedge delay (by default the p95 of
+//! the cluster's recent successful tries), one more try goes to another replica the policy
+//! picks, if the hedge budget allows (5% of requests plus 1 per second by default). Whichever
+//! answers first is used; the other is dropped, which the policy hears of as a cancelled try,
+//! so its in-flight count stays right. A request has at most one hedge. A try that fails while
+//! the other is still running does not end the request: the other may still answer.
+//!
+//! What is retried once every try in flight has failed, always within the retry budget:
 //! - a connection that could not be opened (nothing reached the replica, so any method);
 //! - a 5xx response or a timed-out try, for idempotent methods (GET, HEAD, OPTIONS, TRACE, PUT,
-//!   DELETE) or every method when the cluster sets `retry_non_idempotent`.
+//!   DELETE) or every method when the cluster sets `retry_non_idempotent`. Only these requests
+//!   are hedged too.
 //!
-//! Only requests without a body are replayed: a streamed body cannot be sent twice without
-//! buffering it, and the proxy never buffers bodies. Every try, retried or not, is reported to
-//! the policy with its outcome (a 5xx is an error, so error aversion sees fast failures; so is
-//! a gRPC status that blames the server, see [`grpc_failed`]).
+//! A second try needs the request body again: bodies up to `replay_body_limit` are read whole
+//! first (see [`crate::replay`]); larger ones stream to the first try and are never sent twice,
+//! so such a request is neither retried nor hedged. Every try is reported to the policy with
+//! its outcome (a 5xx is an error, so error aversion sees fast failures; so is a gRPC status
+//! that blames the server, see [`grpc_failed`]).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
 use http::{HeaderValue, Method, Request, Response, StatusCode, Version, header};
 use http_body::Body;
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use prequal_core::{Outcome, ReplicaId};
 use prequal_server::protocol::{LOAD_HEADER, parse_reply};
 
-use crate::body::{ProxyBody, Tracked, TryGuard, empty, full, grpc_failed};
-use crate::cluster::{Chosen, Cluster};
+use crate::body::{ProxyBody, Tracked, TryGuard, full, grpc_failed};
+use crate::cluster::{Chosen, Cluster, Strict};
 use crate::headers::{ClientHop, add_forwarding, strip_hop_by_hop};
+use crate::replay::RequestBody;
 use crate::upstream::UpstreamBody;
 
 /// Limits that apply to every request, from `[server]`.
@@ -56,7 +69,7 @@ fn is_idempotent(method: &Method) -> bool {
     )
 }
 
-/// Forwards `request` to `cluster`, retrying as the module docs say.
+/// Forwards `request` to `cluster`, retrying and hedging as the module docs say.
 pub async fn forward(
     cluster: &Arc<Cluster>,
     request: Request<Incoming>,
@@ -72,42 +85,174 @@ pub async fn forward(
         return local_response(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n");
     }
     prepare_headers(&mut parts, client, cluster.version());
-    let replayable = body.is_end_stream();
-    let limit = usize::try_from(limits.max_body_bytes).unwrap_or(usize::MAX);
-    let mut body = Some(Limited::new(body, limit).boxed_unsync());
     let config = cluster.config();
+    let body = RequestBody::read(
+        body,
+        &parts.headers,
+        config.replay_body_limit,
+        limits.max_body_bytes,
+    );
+    let Ok(body) = body.await else {
+        return local_response(StatusCode::BAD_REQUEST, "request body could not be read\n");
+    };
     let may_retry_failures = is_idempotent(&parts.method) || config.retry_non_idempotent;
-    let deadline = Instant::now() + config.request_timeout;
-    let mut tried: Vec<ReplicaId> = Vec::new();
-    for attempt in 1..=config.max_attempts {
-        let Some(chosen) = cluster.pick(attempt == 1, &tried).await else {
-            return local_response(StatusCode::SERVICE_UNAVAILABLE, "no replica available\n");
-        };
-        tried.push(chosen.replica);
-        let try_body = match replayable {
-            true => empty(),
-            false => body.take().unwrap_or_else(empty),
-        };
-        let can_retry = replayable && attempt < config.max_attempts;
-        // The last possible try takes the headers instead of copying them.
-        let headers = match can_retry {
-            true => parts.headers.clone(),
-            false => std::mem::take(&mut parts.headers),
-        };
-        let upstream = upstream_request(&parts, headers, cluster.version(), try_body);
-        let step = one_try(cluster, chosen, upstream, deadline).await;
-        let retry = match &step {
-            Step::Done(_) => false,
-            Step::Failed { connect, .. } => {
-                can_retry && (*connect || may_retry_failures) && Instant::now() < deadline
+    let hedge_delay = match may_retry_failures && body.is_replayable() && config.max_attempts > 1 {
+        true => cluster.hedge_delay(),
+        false => None,
+    };
+    let mut tries = Tries {
+        cluster,
+        parts,
+        body,
+        tried: Vec::new(),
+        deadline: Instant::now() + config.request_timeout,
+    };
+    // At most two tries run at once: the first (or a retry) and its hedge.
+    let (mut one, mut two): (Option<Running<'_>>, Option<Running<'_>>) = (None, None);
+    let mut hedge_at = None;
+    let mut attempts = 0;
+    let mut failure = None;
+    loop {
+        if one.is_none() && two.is_none() {
+            // Nothing in flight: the first try, or a retry of one that failed.
+            if attempts > 0 && !tries.may_retry(attempts, failure.as_ref(), may_retry_failures) {
+                break;
+            }
+            match tries
+                .start(attempts == 0, false, attempts + 1 == config.max_attempts)
+                .await
+            {
+                Some(next) => one = Some(Running::first(next)),
+                None => break,
+            }
+            attempts += 1;
+            if attempts == 1 {
+                hedge_at = hedge_delay.map(|delay| tokio::time::Instant::now() + delay);
+            }
+        }
+        let hedging = hedge_at.filter(|_| attempts < config.max_attempts);
+        let (step, hedge) = tokio::select! {
+            ended = poll_slot(&mut one) => ended,
+            ended = poll_slot(&mut two) => ended,
+            () = sleep_until_some(hedging) => {
+                hedge_at = None;
+                if cluster.try_hedge()
+                    && let Some(next) = tries.start(false, true, attempts + 1 == config.max_attempts).await
+                {
+                    attempts += 1;
+                    let free = if one.is_none() { &mut one } else { &mut two };
+                    *free = Some(Running::hedge(next));
+                }
+                continue;
             }
         };
-        if retry && cluster.try_retry() {
-            continue;
+        if let Step::Done(response) = step {
+            if hedge {
+                cluster.metrics.hedges_won.inc();
+            }
+            // Dropping the other try, if one is still in flight, cancels it.
+            return response;
         }
-        return step.into_response();
+        // A failed try: wait for the other one if there is one, or else retry (above).
+        failure = Some(step);
     }
-    local_response(StatusCode::BAD_GATEWAY, "no try succeeded\n")
+    match failure {
+        Some(step) => step.into_response(),
+        None if attempts == 0 => {
+            local_response(StatusCode::SERVICE_UNAVAILABLE, "no replica available\n")
+        }
+        None => local_response(StatusCode::BAD_GATEWAY, "no try succeeded\n"),
+    }
+}
+
+/// One try, from sending its request to its response headers (or its failure).
+type TryFuture<'a> = Pin<Box<dyn Future<Output = Step> + Send + 'a>>;
+
+/// One try in flight, and whether it is the hedge.
+struct Running<'a> {
+    step: TryFuture<'a>,
+    hedge: bool,
+}
+
+impl<'a> Running<'a> {
+    fn first(step: TryFuture<'a>) -> Self {
+        Running { step, hedge: false }
+    }
+
+    fn hedge(step: TryFuture<'a>) -> Self {
+        Running { step, hedge: true }
+    }
+}
+
+/// Waits for the try in `slot` to end and empties the slot; never ends if it is empty.
+async fn poll_slot(slot: &mut Option<Running<'_>>) -> (Step, bool) {
+    match slot {
+        Some(running) => {
+            let step = running.step.as_mut().await;
+            let hedge = running.hedge;
+            *slot = None;
+            (step, hedge)
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Sleeps until `at`; never ends if there is none.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What one request's tries share.
+struct Tries<'a> {
+    cluster: &'a Arc<Cluster>,
+    parts: http::request::Parts,
+    body: RequestBody,
+    /// Replicas this request was sent to, never picked again while others are left.
+    tried: Vec<ReplicaId>,
+    deadline: Instant,
+}
+
+impl<'a> Tries<'a> {
+    /// Picks a replica and starts a try there (a `hedge` only on a replica this request has not
+    /// tried); `None` when no replica is available or the body cannot be sent again. `last` marks the last try the request may make, which takes the
+    /// headers instead of copying them.
+    async fn start(&mut self, first: bool, hedge: bool, last: bool) -> Option<TryFuture<'a>> {
+        let body = self.body.for_try()?;
+        let strict = match hedge {
+            true => Strict::Yes,
+            false => Strict::No,
+        };
+        let chosen = self.cluster.pick(first, &self.tried, strict).await?;
+        self.tried.push(chosen.replica);
+        let headers = match last {
+            true => std::mem::take(&mut self.parts.headers),
+            false => self.parts.headers.clone(),
+        };
+        let version = self.cluster.version();
+        let upstream = upstream_request(&self.parts, headers, version, body);
+        Some(Box::pin(one_try(
+            self.cluster,
+            chosen,
+            upstream,
+            self.deadline,
+        )))
+    }
+
+    /// Whether a request whose tries all failed, the last with `failure`, gets another.
+    fn may_retry(&self, attempts: u32, failure: Option<&Step>, may_retry_failures: bool) -> bool {
+        let retryable = match failure {
+            Some(Step::Failed { connect, .. }) => *connect || may_retry_failures,
+            _ => false,
+        };
+        retryable
+            && attempts < self.cluster.config().max_attempts
+            && self.body.is_replayable()
+            && Instant::now() < self.deadline
+            && self.cluster.try_retry()
+    }
 }
 
 /// True when the declared `Content-Length` is over the limit.

@@ -39,6 +39,7 @@ pub mod headers;
 pub mod metrics;
 pub mod prober;
 pub mod reload;
+pub mod replay;
 pub mod routing;
 pub mod server;
 pub mod upstream;

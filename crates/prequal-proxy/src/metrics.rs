@@ -65,6 +65,9 @@ pub struct Metrics {
     tries: Family<TryLabels, Counter>,
     retries: Family<ClusterLabels, Counter>,
     retries_refused: Family<ClusterLabels, Counter>,
+    hedges: Family<ClusterLabels, Counter>,
+    hedges_won: Family<ClusterLabels, Counter>,
+    hedges_refused: Family<ClusterLabels, Counter>,
     probes: Family<ProbeLabels, Counter>,
     connections: Family<ConnectionLabels, Counter>,
     ejections: Family<ReplicaLabels, Counter>,
@@ -90,6 +93,9 @@ impl Metrics {
             tries: Family::default(),
             retries: Family::default(),
             retries_refused: Family::default(),
+            hedges: Family::default(),
+            hedges_won: Family::default(),
+            hedges_refused: Family::default(),
             probes: Family::default(),
             connections: Family::default(),
             ejections: Family::default(),
@@ -115,6 +121,17 @@ impl Metrics {
             m.tries.clone(),
         );
         r.register("retries", "Retries sent", m.retries.clone());
+        r.register("hedges", "Hedged tries sent", m.hedges.clone());
+        r.register(
+            "hedges_won",
+            "Hedged tries that answered before the try they backed up",
+            m.hedges_won.clone(),
+        );
+        r.register(
+            "hedges_refused",
+            "Hedges not sent because the hedge budget was spent",
+            m.hedges_refused.clone(),
+        );
         r.register(
             "retries_refused",
             "Retries not sent because the retry budget was spent",
@@ -180,6 +197,9 @@ impl Metrics {
             duration: self.duration.get_or_create_owned(&labels),
             retries: self.retries.get_or_create_owned(&labels),
             retries_refused: self.retries_refused.get_or_create_owned(&labels),
+            hedges: self.hedges.get_or_create_owned(&labels),
+            hedges_won: self.hedges_won.get_or_create_owned(&labels),
+            hedges_refused: self.hedges_refused.get_or_create_owned(&labels),
             probes_ok: probe("ok"),
             probes_failed: probe("failed"),
             probes_dropped: probe("dropped"),
@@ -228,6 +248,12 @@ pub struct ClusterMetrics {
     pub retries: Counter,
     /// Retries refused by the budget.
     pub retries_refused: Counter,
+    /// Hedged tries sent.
+    pub hedges: Counter,
+    /// Hedged tries whose answer was used.
+    pub hedges_won: Counter,
+    /// Hedges the budget refused.
+    pub hedges_refused: Counter,
     /// Probes answered.
     pub probes_ok: Counter,
     /// Probes failed or timed out.

@@ -22,6 +22,7 @@ fn docs_list_every_key_with_its_real_default() {
         ),
         ("## `[clusters.NAME]`", cluster.clone()),
         ("### `retry_budget`", table(&cluster["retry_budget"])),
+        ("### `hedge`", table(&cluster["hedge"])),
         ("### `outlier`", table(&cluster["outlier"])),
         ("### `slow_start`", table(&cluster["slow_start"])),
     ];

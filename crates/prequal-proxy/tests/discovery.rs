@@ -39,8 +39,8 @@ async fn file_discovery_and_slow_start(proto: Proto) {
     );
     let path = temp_path(&format!("replicas-{proto:?}"));
     write_atomically(&path, format!("# test replicas\n{}\n{}\n", a.addr, b.addr));
-    let extra = "slow_start = { window = \"60s\", min_weight = 0.1 }";
-    let proxy = start_proxy(&file_config(&path, proto, extra)).await;
+    let extra = format!("slow_start = {{ window = \"60s\", min_weight = 0.1 }}\n{NO_HEDGING}");
+    let proxy = start_proxy(&file_config(&path, proto, &extra)).await;
     let admin = client(Proto::H1);
     let client = client(proto);
     assert_eq!(load(&client, proxy.addr, 20, 2).await, 20);

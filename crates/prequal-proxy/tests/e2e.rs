@@ -25,7 +25,7 @@ async fn every_policy_routes(proto: Proto) {
     for info in catalog() {
         let before: u64 = backends.iter().map(Backend::hits).sum();
         let policy = format!("\"{}\"", info.name);
-        let mut proxy = start_proxy(&config_text(&refs, proto, &policy, "")).await;
+        let mut proxy = start_proxy(&config_text(&refs, proto, &policy, NO_HEDGING)).await;
         let ok = load(&client, proxy.addr, 30, 3).await;
         assert_eq!(ok, 30, "policy {} answered every request", info.name);
         let after: u64 = backends.iter().map(Backend::hits).sum();
@@ -48,7 +48,7 @@ async fn prequal_avoids_slow_replica(proto: Proto) {
         b.set_delay_ms(2);
     }
     let refs: Vec<&Backend> = backends.iter().collect();
-    let proxy = start_proxy(&config_text(&refs, proto, PREQUAL, "")).await;
+    let proxy = start_proxy(&config_text(&refs, proto, PREQUAL, NO_HEDGING)).await;
     let client = client(proto);
     assert_eq!(load(&client, proxy.addr, 200, 8).await, 200);
     let slow_before = backends[0].hits();
@@ -105,8 +105,8 @@ over_h1_and_h2!(
 async fn killed_replica_is_retried(proto: Proto) {
     let backends = futures_join(3).await;
     let refs: Vec<&Backend> = backends.iter().collect();
-    let extra = "outlier_ejection = false";
-    let proxy = start_proxy(&config_text(&refs, proto, "\"round-robin\"", extra)).await;
+    let extra = format!("outlier_ejection = false\n{NO_HEDGING}");
+    let proxy = start_proxy(&config_text(&refs, proto, "\"round-robin\"", &extra)).await;
     let client = client(proto);
     assert_eq!(load(&client, proxy.addr, 9, 1).await, 9);
     backends[1].kill();

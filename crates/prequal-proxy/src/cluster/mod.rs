@@ -33,8 +33,9 @@ use tokio::sync::{Notify, Semaphore, oneshot};
 
 mod state;
 
+pub use self::state::Strict;
 use self::state::{Core, Member, random_seed};
-use crate::config::{ClusterConfig, UpstreamProtocol};
+use crate::config::{ClusterConfig, HedgeDelay, UpstreamProtocol};
 use crate::metrics::{ClusterMetrics, Metrics};
 use crate::upstream::Upstream;
 
@@ -123,6 +124,7 @@ impl Cluster {
             false => None,
         };
         let budget = RetryBudget::new(&config.retry_budget).map_err(block("retry_budget"))?;
+        let hedge_budget = RetryBudget::new(&config.hedge.budget()).map_err(block("hedge"))?;
         let core = Core {
             policy,
             rng: SmallRng::seed_from_u64(random_seed()),
@@ -135,6 +137,7 @@ impl Cluster {
             waiting: HashMap::new(),
             armed: None,
             recent: RecentLatencies::new(RECENT_WINDOW),
+            hedge_budget,
         };
         let metrics = registry.cluster(name);
         let upstreams = |opened: &prometheus_client::metrics::counter::Counter| {
@@ -266,8 +269,14 @@ impl Cluster {
     }
 
     /// Chooses a replica for one try and tells the policy it is dispatched. `first` marks a
-    /// request's first try (it earns retry budget); `exclude` lists replicas already tried.
-    pub async fn pick(self: &Arc<Self>, first: bool, exclude: &[ReplicaId]) -> Option<Chosen> {
+    /// request's first try (it earns retry budget); `exclude` lists replicas already tried,
+    /// which `strict` says whether to fall back to when no other is left.
+    pub async fn pick(
+        self: &Arc<Self>,
+        first: bool,
+        exclude: &[ReplicaId],
+        strict: Strict,
+    ) -> Option<Chosen> {
         let query = QueryId(self.next_query.fetch_add(1, Ordering::Relaxed));
         let (decided, waiter, outbox) = {
             let now = self.now();
@@ -291,7 +300,7 @@ impl Cluster {
                 core.waiting.insert(query, tx);
                 waiter = Some(rx);
             } else {
-                decided = Some(core.commit(pick, query, exclude, &self.config, now));
+                decided = Some(core.commit(pick, query, (exclude, strict), &self.config, now));
             }
             let outbox = core.drain(now);
             let rearm = core.rearm(now);
@@ -310,7 +319,8 @@ impl Cluster {
             None => Pick::NoReplica,
         };
         let now = self.now();
-        self.lock().commit(pick, query, exclude, &self.config, now)
+        self.lock()
+            .commit(pick, query, (exclude, strict), &self.config, now)
     }
 
     /// Waits for a sync-mode decision, for a few probe timeouts at most.
@@ -333,6 +343,37 @@ impl Cluster {
         match admitted {
             true => self.metrics.retries.inc(),
             false => self.metrics.retries_refused.inc(),
+        };
+        admitted
+    }
+
+    /// A request that may be hedged starts: counts it for the hedge budget and says how long
+    /// its first try may run before a hedge goes out (`None`: hedging is off, or too few tries
+    /// have succeeded lately to know what is slow).
+    pub fn hedge_delay(&self) -> Option<Duration> {
+        let hedge = &self.config.hedge;
+        if !hedge.enabled {
+            return None;
+        }
+        let now = self.now();
+        let mut core = self.lock();
+        // A hedge must go to another replica: none without a second usable one.
+        core.members.values().filter(|m| m.in_policy).nth(1)?;
+        core.hedge_budget.on_request(now);
+        let delay = match hedge.delay {
+            HedgeDelay::Fixed(delay) => delay,
+            HedgeDelay::Auto => core.normal_latency(hedge.quantile, now)?,
+        };
+        Some(delay.max(hedge.min_delay))
+    }
+
+    /// Admits one hedge against the hedge budget.
+    pub fn try_hedge(&self) -> bool {
+        let now = self.now();
+        let admitted = self.lock().hedge_budget.try_retry(now);
+        match admitted {
+            true => self.metrics.hedges.inc(),
+            false => self.metrics.hedges_refused.inc(),
         };
         admitted
     }

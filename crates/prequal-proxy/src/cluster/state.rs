@@ -26,6 +26,15 @@ const MIN_NORMAL_SAMPLES: u64 = 20;
 /// What counts as normal while too few tries have succeeded to know.
 pub(super) const UNKNOWN_NORMAL: Duration = Duration::from_secs(1);
 
+/// Whether a pick may fall back to a replica the request already tried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strict {
+    /// Yes, when no other is left (a retry on a one-replica cluster).
+    No,
+    /// Never (a hedge: a second try to the same replica would only double its load).
+    Yes,
+}
+
 /// A replica as the driver knows it.
 #[derive(Debug)]
 pub(super) struct Member {
@@ -58,25 +67,32 @@ pub(super) struct Core {
     pub(super) armed: Option<Time>,
     /// Latencies of recent successful tries, the cluster's sense of normal.
     pub(super) recent: RecentLatencies,
+    /// Hedges may add at most a share of the requests, plus a floor.
+    pub(super) hedge_budget: RetryBudget,
 }
 
 impl Core {
     /// Whether a try abandoned after `elapsed` had outlived what healthy tries take: the
     /// recent p99 of successful tries, or [`UNKNOWN_NORMAL`] while too few are known.
     pub(super) fn outlived_normal(&self, elapsed: Duration, now: Time) -> bool {
-        let normal = match self.recent.count(now) >= MIN_NORMAL_SAMPLES {
-            true => self.recent.quantile(0.99, now).unwrap_or(UNKNOWN_NORMAL),
-            false => UNKNOWN_NORMAL,
-        };
-        elapsed > normal
+        elapsed > self.normal_latency(0.99, now).unwrap_or(UNKNOWN_NORMAL)
     }
 
-    /// Turns a policy decision into a dispatched try, honouring exclusion and slow start.
+    /// The `q` quantile of recent successful tries, once enough have succeeded to say.
+    pub(super) fn normal_latency(&self, q: f64, now: Time) -> Option<Duration> {
+        match self.recent.count(now) >= MIN_NORMAL_SAMPLES {
+            true => self.recent.quantile(q, now),
+            false => None,
+        }
+    }
+
+    /// Turns a policy decision into a dispatched try, honouring exclusion and slow start. An
+    /// excluded replica is used only when no other is left, and never for a `Strict` pick.
     pub(super) fn commit(
         &mut self,
         pick: Pick,
         query: QueryId,
-        exclude: &[ReplicaId],
+        (exclude, strict): (&[ReplicaId], Strict),
         config: &ClusterConfig,
         now: Time,
     ) -> Option<Chosen> {
@@ -85,7 +101,11 @@ impl Core {
             _ => None,
         };
         if chosen.is_none_or(|r| exclude.contains(&r)) {
-            chosen = self.alternative(exclude, config, now).or(chosen);
+            let fallback = match strict {
+                Strict::No => chosen,
+                Strict::Yes => None,
+            };
+            chosen = self.alternative(exclude, config, now).or(fallback);
         } else if let Some(r) = chosen
             && let Some(m) = self.members.get(&r)
             && !m.initial

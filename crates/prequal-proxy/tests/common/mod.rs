@@ -353,6 +353,9 @@ macro_rules! over_h1_and_h2 {
     };
 }
 
+/// Cluster lines that turn hedging off, for tests that count one try per request.
+pub const NO_HEDGING: &str = "hedge = { enabled = false }";
+
 /// Probes on a busy test machine can take longer than the datacenter default of 3 ms.
 pub const PREQUAL: &str = "{ name = \"prequal\", probe_timeout = \"200ms\" }";
 

@@ -1,0 +1,182 @@
+//! Hedged requests end to end, over HTTP/1.1 and HTTP/2: a stalled replica is rescued by a
+//! second try elsewhere, the loser is cancelled with the policy's accounting intact, and only
+//! requests that may be sent twice are hedged.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+
+/// Sends one request with `body` and returns its status, or `None` if no whole answer came
+/// within `patience`.
+async fn send(
+    client: &TestClient,
+    addr: SocketAddr,
+    method: &str,
+    body: Vec<u8>,
+    patience: Duration,
+) -> Option<u16> {
+    let req = Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}/work"))
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let fut = async {
+        let resp = client.request(req).await.ok()?;
+        let status = resp.status().as_u16();
+        resp.into_body().collect().await.ok()?;
+        Some(status)
+    };
+    tokio::time::timeout(patience, fut).await.ok().flatten()
+}
+
+async fn metrics(proxy: &Running) -> String {
+    get(&client_again(Proto::H1), proxy.admin, "/metrics")
+        .await
+        .1
+}
+
+fn counter(text: &str, name: &str) -> f64 {
+    metric(text, &format!("prequal_proxy_{name}{{cluster=\"test\"}}"))
+}
+
+async fn stalled_replica_is_rescued(proto: Proto) {
+    let backends = futures_join(2).await;
+    let refs: Vec<&Backend> = backends.iter().collect();
+    // Ejection off, so that every other request still goes to the stalled replica.
+    let extra = "outlier_ejection = false";
+    let proxy = start_proxy(&config_text(&refs, proto, "\"round-robin\"", extra)).await;
+    let client = client(proto);
+    // The cluster learns what a normal try takes.
+    assert_eq!(load(&client, proxy.addr, 40, 2).await, 40);
+    backends[0].set_delay_ms(60_000);
+    // Eight requests stay within the hedge budget's floor (1 per second over 10 s).
+    for i in 0..8 {
+        let status = send(
+            &client,
+            proxy.addr,
+            "GET",
+            Vec::new(),
+            Duration::from_secs(2),
+        )
+        .await;
+        if status != Some(200) {
+            let view = get(&client_again(Proto::H1), proxy.admin, "/clusters/test")
+                .await
+                .1;
+            panic!("request {i}: {status:?}\n{}\n{view}", metrics(&proxy).await);
+        }
+    }
+    let text = metrics(&proxy).await;
+    let won = counter(&text, "hedges_won_total");
+    assert!(
+        won >= 4.0,
+        "at least half met the stalled replica first: {won}\n{text}"
+    );
+    assert!(counter(&text, "hedges_total") >= won);
+    // The losing tries were cancelled, and the policy's in-flight counts went back to zero.
+    let cancelled: f64 = text
+        .lines()
+        .filter(|l| l.contains("upstream_tries_total") && l.contains("outcome=\"cancelled\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(cancelled >= 4.0, "{text}");
+    let view = get(&client_again(Proto::H1), proxy.admin, "/clusters/test")
+        .await
+        .1;
+    let json: serde_json::Value = serde_json::from_str(&view).unwrap();
+    for replica in json["snapshot"]["replicas"].as_array().unwrap() {
+        assert_eq!(replica["local_rif"], 0, "{view}");
+    }
+}
+over_h1_and_h2!(
+    a_stalled_replica_is_rescued_by_a_hedge_and_the_loser_is_cancelled,
+    stalled_replica_is_rescued
+);
+
+async fn only_replayable_requests_are_hedged(proto: Proto) {
+    let backends = futures_join(2).await;
+    for b in &backends {
+        b.set_delay_ms(40);
+    }
+    let refs: Vec<&Backend> = backends.iter().collect();
+    let extra = "outlier_ejection = false\nreplay_body_limit = 1024\n\
+                 hedge = { delay = \"5ms\", ratio = 1.0 }";
+    let proxy = start_proxy(&config_text(&refs, proto, "\"round-robin\"", extra)).await;
+    let client = client(proto);
+    let patience = Duration::from_secs(2);
+    let hits = || backends.iter().map(Backend::hits).sum::<u64>();
+    // A GET waits 40 ms; its hedge goes out after 5 ms to the other replica.
+    assert_eq!(
+        send(&client, proxy.addr, "GET", Vec::new(), patience).await,
+        Some(200)
+    );
+    // A PUT with a small body is idempotent and its body is kept: hedged too.
+    assert_eq!(
+        send(&client, proxy.addr, "PUT", vec![7; 100], patience).await,
+        Some(200)
+    );
+    let hedged = counter(&metrics(&proxy).await, "hedges_total");
+    assert_eq!(hedged, 2.0);
+    let before = hits();
+    // A POST is not idempotent, and a PUT whose body is over the limit cannot be sent twice.
+    assert_eq!(
+        send(&client, proxy.addr, "POST", vec![1; 10], patience).await,
+        Some(200)
+    );
+    assert_eq!(
+        send(&client, proxy.addr, "PUT", vec![2; 4096], patience).await,
+        Some(200)
+    );
+    assert_eq!(counter(&metrics(&proxy).await, "hedges_total"), hedged);
+    assert_eq!(hits() - before, 2, "one try each");
+}
+over_h1_and_h2!(
+    only_requests_that_may_be_sent_twice_are_hedged,
+    only_replayable_requests_are_hedged
+);
+
+async fn one_replica_is_never_hedged(proto: Proto) {
+    let backend = Backend::start().await;
+    backend.set_delay_ms(30);
+    let extra = "hedge = { delay = \"2ms\", ratio = 1.0 }";
+    let proxy = start_proxy(&config_text(&[&backend], proto, "\"round-robin\"", extra)).await;
+    let client = client(proto);
+    assert_eq!(load(&client, proxy.addr, 5, 1).await, 5);
+    assert_eq!(
+        backend.hits(),
+        5,
+        "a hedge never goes to the replica it backs up"
+    );
+    assert_eq!(counter(&metrics(&proxy).await, "hedges_total"), 0.0);
+}
+over_h1_and_h2!(
+    a_hedge_never_goes_to_the_same_replica,
+    one_replica_is_never_hedged
+);
+
+async fn budget_bounds_hedges(proto: Proto) {
+    let backends = futures_join(2).await;
+    for b in &backends {
+        b.set_delay_ms(20);
+    }
+    let refs: Vec<&Backend> = backends.iter().collect();
+    // Every request would be hedged after 2 ms; the budget allows 10% and no floor.
+    let extra = "hedge = { delay = \"2ms\", ratio = 0.1, min_per_second = 0.0 }";
+    let proxy = start_proxy(&config_text(&refs, proto, "\"round-robin\"", extra)).await;
+    let client = client(proto);
+    assert_eq!(load(&client, proxy.addr, 60, 4).await, 60);
+    let text = metrics(&proxy).await;
+    let sent = counter(&text, "hedges_total");
+    assert!(sent <= 6.0, "at most 10% of 60 requests: {sent}");
+    assert!(sent >= 1.0, "{text}");
+    assert_eq!(sent + counter(&text, "hedges_refused_total"), 60.0);
+}
+over_h1_and_h2!(the_hedge_budget_bounds_the_extra_load, budget_bounds_hedges);
