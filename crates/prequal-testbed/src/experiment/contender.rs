@@ -226,6 +226,10 @@ fn prequal_config(
     let mut slow_start = toml::Table::new();
     slow_start.insert("window".into(), toml::Value::String("0s".into()));
     cluster.insert("slow_start".into(), toml::Value::Table(slow_start));
+    // The simulator's clients do not hedge, so neither do the proxies it is compared with.
+    let mut hedge = toml::Table::new();
+    hedge.insert("enabled".into(), toml::Value::Boolean(false));
+    cluster.insert("hedge".into(), toml::Value::Table(hedge));
     let mut server = toml::Table::new();
     server.insert(
         "listen".into(),
