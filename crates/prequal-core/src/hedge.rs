@@ -1,0 +1,522 @@
+//! Hedged requests: when a try has not answered after a delay, send one more to another
+//! replica; the first response wins and the other try is cancelled.
+//!
+//! Most of a service's tail latency comes from a few slow tries: a replica in a GC pause, a
+//! black-holed connection, the first queries sent to a replica just before it turned slow. No
+//! balancing policy can recall those queries once sent; a second try can. Dean and Barroso
+//! ("The Tail at Scale", CACM 56(2), 2013) defer the second, *hedged*, request until the first
+//! has been outstanding longer than the 95th-percentile latency of its class: in their BigTable
+//! benchmark this cut the 99.9th-percentile latency of reading 1,000 keys from 1,800 ms to
+//! 74 ms for 2% more requests. The same idea ships as Finagle's `BackupRequestFilter` (delay
+//! learned as a latency percentile, bounded by a retry budget), gRPC's hedging policy (gRFC
+//! A6: `hedgingDelay`, `maxAttempts`, throttled by a token bucket) and Envoy's
+//! `hedge_on_per_try_timeout` (a hedge instead of a cancel when the per-try timeout fires).
+//!
+//! [`Hedger`] is that decision for one cluster, sans-IO and deterministic: it never reads a
+//! clock (every call takes `now`) and draws no random numbers, so the same events always give
+//! the same answers. It learns the cluster's request latencies ([`Hedger::on_response`]) into
+//! a [`LatencyQuantile`]; the hedge delay is their `percentile` (default p95), or a fixed
+//! `delay` from config, never below `min_delay`. Hedges spend a budget exactly like retries
+//! ([`RetryBudget`], reused as is): over a sliding `window`, at most `ratio` of the requests
+//! started ([`Hedger::on_request`]) plus `min_per_second` — so a cluster that slows down as a
+//! whole, where every request outlives the old p95, gets at most 5% more load, never double.
+//!
+//! The driver asks [`Hedger::poll_hedge`] about one request, given its first try's start and
+//! the hedges it already sent: [`HedgeDecision::Now`] (the budget is charged: send a hedge),
+//! [`HedgeDecision::At`] (not yet: ask again then), or [`HedgeDecision::Never`] (disabled, the
+//! request already has `max_hedges`, or the budget refused). Which replica the hedge goes to
+//! is the policy's choice, not the hedger's: the driver asks its policy to pick again and skips
+//! replicas this request already tried, exactly as for a retry. The driver also decides which
+//! requests may be hedged at all (idempotent ones, or those configured so), and reports the
+//! losing try to the policy as [`crate::Outcome::Cancelled`], so client-local RIF stays right.
+//!
+//! Defaults (each next to its key in [`HedgeConfig`]): enabled, delay learned as p95 of the
+//! last 1,000 successful requests (after 50), floor 5 ms, budget 5% of requests plus 1 per
+//! second over 10 s, one hedge per request. The 5% matches the p95 delay: in a steady cluster
+//! about 5% of requests outlive it, so the budget pays for the hedges the delay asks for and
+//! no more; Dean and Barroso report 2% extra load in practice, since many of those requests
+//! answer before the hedge does. The floor of 1 per second lets a quiet client hedge at all.
+//!
+//! ```
+//! use std::time::Duration;
+//! use prequal_core::hedge::{HedgeConfig, HedgeDecision, Hedger};
+//! use prequal_core::Time;
+//!
+//! let config = HedgeConfig { delay: Some(Duration::from_millis(50)), ..HedgeConfig::default() };
+//! let mut hedger = Hedger::new(&config).unwrap();
+//! let started = Time::from_secs(1);
+//! hedger.on_request(started); // the request's first try goes out; it earns budget
+//! // Too early: the hedger says when to ask again.
+//! let at = Time::from_millis(1_050);
+//! assert_eq!(hedger.poll_hedge(started, 0, started), HedgeDecision::At(at));
+//! // Due: hedge now (the driver asks its policy for a replica this request has not tried).
+//! assert_eq!(hedger.poll_hedge(started, 0, at), HedgeDecision::Now);
+//! // One hedge per request by default.
+//! assert_eq!(hedger.poll_hedge(started, 1, at), HedgeDecision::Never);
+//! // The hedge answered first: its latency is learned and the win counted.
+//! hedger.on_response(Duration::from_millis(70), true);
+//! assert_eq!((hedger.stats().sent, hedger.stats().won), (1, 1));
+//! ```
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::latency_quantile::LatencyQuantile;
+use crate::retry_budget::{BlockConfigError, RetryBudget, RetryBudgetConfig};
+use crate::time::Time;
+
+/// Hedging parameters (`[hedge]` in the proxy's cluster config, `[clients.hedge]` in a
+/// simulator scenario). Every key is optional.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HedgeConfig {
+    /// Hedge at all. Default true (a config that names hedging means it; `false` turns it off).
+    pub enabled: bool,
+    /// A fixed hedge delay. Default none: the delay is learned as `percentile` of recent
+    /// request latencies.
+    #[serde(with = "humantime_serde")]
+    pub delay: Option<Duration>,
+    /// The latency percentile used as the learned delay, as a share (0 < p <= 1). Default 0.95.
+    pub percentile: f64,
+    /// The delay is never shorter than this, learned or fixed. Default "5ms".
+    #[serde(with = "humantime_serde")]
+    pub min_delay: Duration,
+    /// How many recent successful request latencies the learned delay is drawn from.
+    /// Default 1000; 1 to 1,000,000.
+    pub samples: usize,
+    /// No learned delay (so no hedge) before this many latencies are known. Default 50;
+    /// at most `samples`.
+    pub min_samples: usize,
+    /// Hedges allowed as a share of requests started in the window. Default 0.05; >= 0.
+    pub ratio: f64,
+    /// Hedges allowed per second regardless of traffic. Default 1; >= 0.
+    pub min_per_second: f64,
+    /// The budget's sliding window. Default "10s"; at least 10 ms.
+    #[serde(with = "humantime_serde")]
+    pub window: Duration,
+    /// Most hedges one request may send (its tries are at most `1 + max_hedges`).
+    /// Default 1; 1 to 16.
+    pub max_hedges: u32,
+}
+
+impl Default for HedgeConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            delay: None,
+            percentile: 0.95,
+            min_delay: Duration::from_millis(5),
+            samples: 1000,
+            min_samples: 50,
+            ratio: 0.05,
+            min_per_second: 1.0,
+            window: Duration::from_secs(10),
+            max_hedges: 1,
+        }
+    }
+}
+
+impl HedgeConfig {
+    /// The budget part, as a retry budget config.
+    fn budget(&self) -> RetryBudgetConfig {
+        RetryBudgetConfig {
+            ratio: self.ratio,
+            min_per_second: self.min_per_second,
+            window: self.window,
+        }
+    }
+
+    /// Checks every parameter.
+    pub fn validate(&self) -> Result<(), BlockConfigError> {
+        let err = |key, msg| Err(BlockConfigError::new("hedge", key, msg));
+        if !(self.percentile > 0.0 && self.percentile <= 1.0) {
+            return err(
+                "percentile",
+                "must be a share above 0 and at most 1 (0.95 = p95)",
+            );
+        }
+        if !(1..=1_000_000).contains(&self.samples) {
+            return err("samples", "must be between 1 and 1000000");
+        }
+        if self.min_samples > self.samples {
+            return err("min_samples", "must be at most `samples`");
+        }
+        if !(1..=16).contains(&self.max_hedges) {
+            return err(
+                "max_hedges",
+                "must be between 1 and 16 (set `enabled = false` for none)",
+            );
+        }
+        self.budget().validate().map_err(|e| BlockConfigError {
+            component: "hedge",
+            ..e
+        })
+    }
+}
+
+/// What [`Hedger::poll_hedge`] says about one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HedgeDecision {
+    /// Send a hedge now, to a replica the request has not tried. The budget is charged.
+    Now,
+    /// Not yet: ask again at this time (the delay may have moved by then).
+    At(Time),
+    /// No (more) hedges for this request: disabled, `max_hedges` reached, or refused by the
+    /// budget. Not worth asking again.
+    Never,
+}
+
+/// Counters for metrics and reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct HedgeStats {
+    /// Requests started ([`Hedger::on_request`]).
+    pub requests: u64,
+    /// Hedges sent.
+    pub sent: u64,
+    /// Requests whose winning response came from a hedge.
+    pub won: u64,
+    /// Hedges that were due but refused by the budget.
+    pub refused: u64,
+}
+
+/// The hedging decision for one cluster. See the module docs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hedger {
+    config: HedgeConfig,
+    recent: LatencyQuantile,
+    budget: RetryBudget,
+    stats: HedgeStats,
+}
+
+impl Hedger {
+    /// A hedger with the given parameters, validated.
+    pub fn new(config: &HedgeConfig) -> Result<Self, BlockConfigError> {
+        config.validate()?;
+        Ok(Self {
+            config: config.clone(),
+            recent: LatencyQuantile::new(config.samples),
+            budget: RetryBudget::new(&config.budget())?,
+            stats: HedgeStats::default(),
+        })
+    }
+
+    /// The config it was built from.
+    pub fn config(&self) -> &HedgeConfig {
+        &self.config
+    }
+
+    /// A request's first try was sent at `now`: it earns hedge budget. Hedges are not
+    /// requests; do not call this for them.
+    pub fn on_request(&mut self, now: Time) {
+        self.stats.requests += 1;
+        self.budget.on_request(now);
+    }
+
+    /// A request got its successful response `latency` after its first try was sent;
+    /// `by_hedge` when the winning try was a hedge. Errors and timeouts are not learned: a
+    /// replica that fails fast must not pull the delay down, nor a deadline push it up.
+    pub fn on_response(&mut self, latency: Duration, by_hedge: bool) {
+        self.recent.record(latency);
+        self.stats.won += u64::from(by_hedge);
+    }
+
+    /// The hedge delay now: the fixed `delay`, or the learned percentile once `min_samples`
+    /// latencies are known; never below `min_delay`. None while still learning. Pure.
+    pub fn delay(&self) -> Option<Duration> {
+        let delay = match self.config.delay {
+            Some(fixed) => fixed,
+            None if self.recent.len() < self.config.min_samples.max(1) => return None,
+            None => self.recent.quantile(self.config.percentile)?,
+        };
+        Some(delay.max(self.config.min_delay))
+    }
+
+    /// When the next hedge of a request whose first try started at `started` and that has
+    /// sent `hedges_sent` hedges falls due, at the current delay: hedge k goes out k delays
+    /// after the start. None when no hedge will be sent (disabled, `max_hedges` reached) or
+    /// the delay is still being learned. Pure.
+    pub fn next_hedge_at(&self, started: Time, hedges_sent: u32) -> Option<Time> {
+        if !self.config.enabled || hedges_sent >= self.config.max_hedges {
+            return None;
+        }
+        let delay = self.delay()?;
+        Some(started + delay.saturating_mul(hedges_sent + 1))
+    }
+
+    /// Whether to hedge, at `now`, the request whose first try started at `started` and that
+    /// has sent `hedges_sent` hedges. On [`HedgeDecision::Now`] the hedge is charged to the
+    /// budget and counted as sent: the driver must send it (or, when the policy has no other
+    /// replica, accept that one hedge was spent for nothing).
+    pub fn poll_hedge(&mut self, started: Time, hedges_sent: u32, now: Time) -> HedgeDecision {
+        if !self.config.enabled || hedges_sent >= self.config.max_hedges {
+            return HedgeDecision::Never;
+        }
+        let Some(due) = self.next_hedge_at(started, hedges_sent) else {
+            // Still learning: look again after the floor, when the delay may be known.
+            let step = self.config.min_delay.max(Duration::from_millis(1));
+            return HedgeDecision::At(now + step);
+        };
+        if due > now {
+            return HedgeDecision::At(due);
+        }
+        let admitted = self.budget.try_retry(now);
+        tracing::trace!(
+            now_ns = now.as_nanos(),
+            started_ns = started.as_nanos(),
+            hedges_sent,
+            admitted,
+            "hedge"
+        );
+        if admitted {
+            self.stats.sent += 1;
+            HedgeDecision::Now
+        } else {
+            self.stats.refused += 1;
+            HedgeDecision::Never
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> HedgeStats {
+        self.stats
+    }
+
+    /// The recent request latencies the delay is learned from.
+    pub fn recent(&self) -> &LatencyQuantile {
+        &self.recent
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    #[test]
+    fn never_hedges_when_disabled() {
+        let config = HedgeConfig {
+            enabled: false,
+            delay: Some(Duration::ZERO),
+            ..HedgeConfig::default()
+        };
+        let mut h = Hedger::new(&config).unwrap();
+        for i in 0..1000 {
+            let now = Time::from_millis(i);
+            h.on_request(now);
+            h.on_response(ms(20), false);
+            assert_eq!(h.poll_hedge(Time::ZERO, 0, now), HedgeDecision::Never);
+            assert_eq!(h.next_hedge_at(Time::ZERO, 0), None);
+        }
+        assert_eq!(h.stats().sent + h.stats().refused, 0);
+    }
+
+    #[test]
+    fn learns_the_delay_then_waits_for_it() {
+        let mut h = Hedger::new(&HedgeConfig::default()).unwrap();
+        let start = Time::from_secs(1);
+        // While learning there is no delay: ask again after the floor.
+        assert_eq!(h.delay(), None);
+        assert_eq!(
+            h.poll_hedge(start, 0, start),
+            HedgeDecision::At(start + ms(5))
+        );
+        for i in 0..100 {
+            h.on_request(start);
+            h.on_response(ms(10 + i % 20), false);
+        }
+        let delay = h.delay().unwrap();
+        assert!(delay >= ms(28) && delay <= ms(30), "{delay:?}");
+        assert_eq!(
+            h.poll_hedge(start, 0, start),
+            HedgeDecision::At(start + delay)
+        );
+        assert_eq!(h.poll_hedge(start, 0, start + delay), HedgeDecision::Now);
+        assert_eq!(h.poll_hedge(start, 1, start + delay), HedgeDecision::Never);
+    }
+
+    #[test]
+    fn learned_delay_tracks_a_changing_distribution() {
+        let config = HedgeConfig {
+            samples: 200,
+            ..HedgeConfig::default()
+        };
+        let mut h = Hedger::new(&config).unwrap();
+        (0..500).for_each(|i| h.on_response(ms(20 + i % 10), false));
+        assert!(h.delay().unwrap() < ms(31));
+        (0..200).for_each(|i| h.on_response(ms(200 + i % 10), false));
+        let slow = h.delay().unwrap();
+        assert!(slow >= ms(209) && slow <= ms(216), "{slow:?}");
+    }
+
+    #[test]
+    fn floor_applies_to_fixed_and_learned_delays() {
+        let config = HedgeConfig {
+            delay: Some(ms(1)),
+            ..HedgeConfig::default()
+        };
+        assert_eq!(Hedger::new(&config).unwrap().delay(), Some(ms(5)));
+        let mut h = Hedger::new(&HedgeConfig::default()).unwrap();
+        (0..50).for_each(|_| h.on_response(Duration::from_micros(300), false));
+        assert_eq!(h.delay(), Some(ms(5)));
+    }
+
+    #[test]
+    fn second_hedge_waits_a_second_delay_and_budget_refusal_is_counted() {
+        let config = HedgeConfig {
+            delay: Some(ms(10)),
+            max_hedges: 2,
+            ratio: 0.0,
+            min_per_second: 0.1, // one hedge per 10 s window
+            ..HedgeConfig::default()
+        };
+        let mut h = Hedger::new(&config).unwrap();
+        let t = Time::ZERO;
+        assert_eq!(h.poll_hedge(t, 0, t + ms(10)), HedgeDecision::Now);
+        assert_eq!(
+            h.poll_hedge(t, 1, t + ms(10)),
+            HedgeDecision::At(t + ms(20))
+        );
+        assert_eq!(h.poll_hedge(t, 1, t + ms(20)), HedgeDecision::Never);
+        assert_eq!(
+            h.stats(),
+            HedgeStats {
+                requests: 0,
+                sent: 1,
+                won: 0,
+                refused: 1
+            }
+        );
+    }
+
+    #[test]
+    fn rejects_bad_config_by_key() {
+        let key = |c: HedgeConfig| Hedger::new(&c).unwrap_err().key;
+        let d = HedgeConfig::default;
+        assert_eq!(
+            key(HedgeConfig {
+                percentile: 0.0,
+                ..d()
+            }),
+            "percentile"
+        );
+        assert_eq!(
+            key(HedgeConfig {
+                min_samples: 2000,
+                ..d()
+            }),
+            "min_samples"
+        );
+        assert_eq!(
+            key(HedgeConfig {
+                max_hedges: 0,
+                ..d()
+            }),
+            "max_hedges"
+        );
+        let err = Hedger::new(&HedgeConfig { ratio: -1.0, ..d() }).unwrap_err();
+        assert_eq!((err.component, err.key), ("hedge", "ratio"));
+        let parsed: HedgeConfig = toml::from_str("delay = \"40ms\"\nratio = 0.1").unwrap();
+        assert_eq!(parsed.delay, Some(ms(40)));
+        assert_eq!(parsed.percentile, 0.95);
+        assert!(toml::from_str::<HedgeConfig>("dealy = \"1s\"").is_err());
+        let back: HedgeConfig =
+            toml::from_str(&toml::to_string(&HedgeConfig::default()).unwrap()).unwrap();
+        assert_eq!(back, HedgeConfig::default());
+    }
+
+    /// One step of a random event sequence for the property tests.
+    #[derive(Clone, Debug)]
+    enum Step {
+        Request,
+        Response(u64),
+        Poll { age_ms: u64, sent: u32 },
+    }
+
+    fn step() -> impl Strategy<Value = (u64, Step)> {
+        let kind = prop_oneof![
+            Just(Step::Request),
+            (1u64..400).prop_map(Step::Response),
+            (0u64..600, 0u32..3).prop_map(|(age_ms, sent)| Step::Poll { age_ms, sent }),
+        ];
+        (0u64..300, kind)
+    }
+
+    /// Runs `steps`, returning every decision and, at each admitted hedge, the time and the
+    /// requests counted so far.
+    fn drive(config: &HedgeConfig, steps: &[(u64, Step)]) -> (Vec<HedgeDecision>, Vec<Time>) {
+        let mut h = Hedger::new(config).unwrap();
+        let (mut now, mut decisions, mut hedges) = (Time::ZERO, Vec::new(), Vec::new());
+        for (gap_ms, s) in steps {
+            now = now + ms(*gap_ms);
+            match s {
+                Step::Request => h.on_request(now),
+                Step::Response(l) => h.on_response(ms(*l), false),
+                Step::Poll { age_ms, sent } => {
+                    let d = h.poll_hedge(now - ms(*age_ms), *sent, now);
+                    if d == HedgeDecision::Now {
+                        hedges.push(now);
+                    }
+                    decisions.push(d);
+                }
+            }
+        }
+        (decisions, hedges)
+    }
+
+    proptest! {
+        /// Whatever the events: hedges never exceed `ratio` × requests plus the floor, both
+        /// over every window ending at a hedge and over the whole run (where the floor buys
+        /// `min_per_second` × (elapsed + window): a full window of floor is there at once).
+        #[test]
+        fn budget_bound_holds_over_any_event_sequence(
+            steps in prop::collection::vec(step(), 1..500),
+            ratio in 0.0f64..0.5,
+            floor in 0.0f64..3.0,
+            fixed in prop::option::of(0u64..100),
+        ) {
+            let window = Duration::from_secs(2);
+            let config = HedgeConfig {
+                delay: fixed.map(ms),
+                min_delay: Duration::ZERO,
+                min_samples: 5,
+                ratio,
+                min_per_second: floor,
+                window,
+                max_hedges: 2,
+                ..HedgeConfig::default()
+            };
+            let (_, hedges) = drive(&config, &steps);
+            let mut now = Time::ZERO;
+            let mut requests = Vec::new();
+            for (gap_ms, s) in &steps {
+                now = now + ms(*gap_ms);
+                if matches!(s, Step::Request) {
+                    requests.push(now);
+                }
+            }
+            for &t in &hedges {
+                let start = t - window;
+                let inside = |x: &&Time| **x <= t && (**x > start || start == Time::ZERO);
+                let n_req = requests.iter().filter(inside).count() as f64;
+                let n_hedge = hedges.iter().filter(inside).count() as f64;
+                prop_assert!(n_hedge <= ratio * n_req + floor * 2.0 + 1e-9,
+                    "{n_hedge} hedges vs {n_req} requests in the window ending {t:?}");
+            }
+            let elapsed = now.as_secs_f64();
+            prop_assert!(hedges.len() as f64
+                <= ratio * requests.len() as f64 + floor * (elapsed + 2.0) + 1e-9);
+        }
+
+        /// No clock, no randomness: the same events give the same decisions.
+        #[test]
+        fn same_events_same_decisions(steps in prop::collection::vec(step(), 1..300)) {
+            let config = HedgeConfig { min_samples: 3, ..HedgeConfig::default() };
+            prop_assert_eq!(drive(&config, &steps), drive(&config, &steps));
+        }
+    }
+}
