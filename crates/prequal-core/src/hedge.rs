@@ -14,8 +14,8 @@
 //!
 //! [`Hedger`] is that decision for one cluster, sans-IO and deterministic: it never reads a
 //! clock (every call takes `now`) and draws no random numbers, so the same events always give
-//! the same answers. It learns the cluster's request latencies ([`Hedger::on_response`]) into
-//! a [`LatencyQuantile`]; the hedge delay is their `percentile` (default p95), or a fixed
+//! the same answers. It learns the latencies of the tries that answer ([`Hedger::on_response`])
+//! into a [`LatencyQuantile`]; the hedge delay is their `percentile` (default p95), or a fixed
 //! `delay` from config, never below `min_delay`. Hedges spend a budget exactly like retries
 //! ([`RetryBudget`], reused as is): over a sliding `window`, at most `ratio` of the requests
 //! started ([`Hedger::on_request`]) plus `min_per_second` — so a cluster that slows down as a
@@ -28,7 +28,9 @@
 //! is the policy's choice, not the hedger's: the driver asks its policy to pick again and skips
 //! replicas this request already tried, exactly as for a retry. The driver also decides which
 //! requests may be hedged at all (idempotent ones, or those configured so), and reports the
-//! losing try to the policy as [`crate::Outcome::Cancelled`], so client-local RIF stays right.
+//! losing try to the policy with [`Hedger::loser_outcome`] ([`Outcome::Cancelled`], or
+//! [`Outcome::Timeout`] when it had outlived the hedge delay), so client-local RIF stays
+//! right and a replica that hangs is not mistaken for an idle one.
 //!
 //! Defaults (each next to its key in [`HedgeConfig`]): enabled, delay learned as p95 of the
 //! last 1,000 successful requests (after 50), floor 5 ms, budget 5% of requests plus 1 per
@@ -63,6 +65,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::latency_quantile::LatencyQuantile;
+use crate::policy::Outcome;
 use crate::retry_budget::{BlockConfigError, RetryBudget, RetryBudgetConfig};
 use crate::time::Time;
 
@@ -82,7 +85,8 @@ pub struct HedgeConfig {
     /// The delay is never shorter than this, learned or fixed. Default "5ms".
     #[serde(with = "humantime_serde")]
     pub min_delay: Duration,
-    /// How many recent successful request latencies the learned delay is drawn from.
+    /// How many recent successful latencies (of the tries that answered) the learned delay
+    /// is drawn from.
     /// Default 1000; 1 to 1,000,000.
     pub samples: usize,
     /// No learned delay (so no hedge) before this many latencies are known. Default 50;
@@ -213,9 +217,15 @@ impl Hedger {
         self.budget.on_request(now);
     }
 
-    /// A request got its successful response `latency` after its first try was sent;
-    /// `by_hedge` when the winning try was a hedge. Errors and timeouts are not learned: a
-    /// replica that fails fast must not pull the delay down, nor a deadline push it up.
+    /// A request got its successful response; `latency` is the winning try's own latency
+    /// (from that try's start), `by_hedge` when the winning try was a hedge.
+    ///
+    /// Why the try's latency and not the request's: when a burst of requests is stuck on a
+    /// replica that just turned slow (more than 5% of them, say), their request latencies
+    /// would drag the learned p95 up to the slow replica's latency exactly when hedges are
+    /// needed; their hedges' latencies keep it at what an answering replica takes. Errors and
+    /// timeouts are not learned: a replica that fails fast must not pull the delay down, nor
+    /// a deadline push it up.
     pub fn on_response(&mut self, latency: Duration, by_hedge: bool) {
         self.recent.record(latency);
         self.stats.won += u64::from(by_hedge);
@@ -274,6 +284,20 @@ impl Hedger {
         } else {
             self.stats.refused += 1;
             HedgeDecision::Never
+        }
+    }
+
+    /// How to report a losing try, abandoned `age` after it was sent, to the policy:
+    /// [`Outcome::Cancelled`] normally, but [`Outcome::Timeout`] when it had already outlived
+    /// the hedge delay (the cluster's normal latency). A try that lost to its hedge is one its
+    /// replica failed to answer in time; reported as merely cancelled it would leave no trace
+    /// (a replica's own tracker drops abandoned work too), and a replica that hangs would keep
+    /// looking idle and fast. A hedge that lost to a first try answering a little late is
+    /// young, and no fault of its replica. Pure.
+    pub fn loser_outcome(&self, age: Duration) -> Outcome {
+        match self.delay() {
+            Some(delay) if age >= delay => Outcome::Timeout,
+            _ => Outcome::Cancelled,
         }
     }
 

@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use prequal_core::PolicyConfig;
+use prequal_core::{HedgeConfig, PolicyConfig};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +21,8 @@ pub struct RunPlan {
     pub label: String,
     /// The policy config.
     pub contender: PolicyConfig,
+    /// Hedging, when the run hedges (the contender's own `hedge`, else `[clients.hedge]`).
+    pub hedge: Option<HedgeConfig>,
     /// Load multiplier.
     pub load: f64,
     /// The swept parameter and its value, if any.
@@ -137,7 +139,14 @@ pub fn plan(compiled: &Compiled) -> Result<Vec<RunPlan>, ModelError> {
     let mut out = Vec::new();
     let mut any_param = false;
     for &load in &loads {
-        for contender in &sc.contenders {
+        for entry in &sc.contenders {
+            let contender = &entry.policy;
+            let hedge = entry
+                .hedge
+                .as_ref()
+                .or(sc.clients.hedge.as_ref())
+                .filter(|h| h.enabled)
+                .cloned();
             let variants = match &sweep.param {
                 Some(key) => {
                     let mut v = Vec::new();
@@ -156,10 +165,14 @@ pub fn plan(compiled: &Compiled) -> Result<Vec<RunPlan>, ModelError> {
                 None => vec![(contender.clone(), None)],
             };
             for (config, param) in variants {
-                let label = label_of(&config, param.as_ref());
+                let mut label = label_of(&config, param.as_ref());
+                if hedge.is_some() {
+                    label.push_str(" +hedge");
+                }
                 out.push(RunPlan {
                     label,
                     contender: config,
+                    hedge: hedge.clone(),
                     load,
                     param,
                 });
@@ -186,7 +199,7 @@ pub fn run_all(
     let runs: Vec<Result<RunResult, SimError>> = plans
         .par_iter()
         .map(|p| {
-            let output = engine::run(compiled, &p.contender, p.load)?;
+            let output = engine::run_with_hedge(compiled, &p.contender, p.hedge.as_ref(), p.load)?;
             progress(p);
             Ok(RunResult {
                 label: p.label.clone(),

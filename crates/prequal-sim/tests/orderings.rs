@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use prequal_core::PolicyConfig;
 use prequal_sim::report::{self, Report};
-use prequal_sim::scenario::{Compiled, Scenario};
+use prequal_sim::scenario::{Compiled, Contender, Scenario};
 
 fn scenario(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -20,10 +20,10 @@ fn run(compiled: &Compiled) -> Report {
     report::run_all(compiled, &plans, &|_| {}).unwrap()
 }
 
-fn with_contenders(names: &[&str]) -> Vec<PolicyConfig> {
+fn with_contenders(names: &[&str]) -> Vec<Contender> {
     names
         .iter()
-        .map(|n| PolicyConfig::from_name(n).unwrap())
+        .map(|n| PolicyConfig::from_name(n).unwrap().into())
         .collect()
 }
 

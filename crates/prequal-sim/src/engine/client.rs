@@ -3,8 +3,10 @@
 use std::time::Duration;
 
 use prequal_core::{
-    Completion, Outcome, Pick, Policy, ProbeRequest, Query, QueryId, ReplicaId, Time,
+    Completion, HedgeDecision, Hedger, Outcome, Pick, Policy, ProbeRequest, Query, QueryId,
+    ReplicaId, Time,
 };
+use rand::Rng as _;
 use rand::rngs::SmallRng;
 use rand_distr::{Distribution as _, Exp1};
 
@@ -23,6 +25,34 @@ struct Slot {
     server_slot: Option<u32>,
     /// The replica's load report carried by the response (`piggyback_reports`).
     report: Option<prequal_core::LoadReport>,
+    /// With hedging on, the query this slot is one try of (a key in `Hedging::requests`).
+    request: Option<u64>,
+}
+
+/// A query of a hedging client: its tries (each a [`Slot`]) and its hedging state.
+#[derive(Clone, Debug)]
+struct Request {
+    issued: Time,
+    /// When the first try was sent: hedge delays count from there.
+    first_sent: Option<Time>,
+    /// The first try's key.
+    first: u64,
+    /// Tries not settled yet (keys in `Client::queries`).
+    tries: Vec<u64>,
+    /// Replicas tried so far: a hedge never goes to one of them.
+    tried: Vec<u32>,
+    /// Hedges decided so far.
+    hedges: u32,
+    /// The hedge wake-up armed for this query, if any.
+    hedge_at: Option<Time>,
+}
+
+/// A client's hedging: the core's decision, its queries, and what it cost.
+struct Hedging {
+    hedger: Hedger,
+    requests: Slab<Request>,
+    /// Tries sent to replicas (first tries and hedges).
+    tries: u64,
 }
 
 /// A probe on its way: the request, the network delay its reply will take (drawn when it is
@@ -44,12 +74,14 @@ pub(super) struct Client {
     /// Probes in flight, under the keys their events carry.
     probes: Slab<PendingProbe>,
     timer: Option<Time>,
+    /// Query deadlines, keyed by query (without hedging) or by request (with it).
     deadlines: Expiries,
     probe_timeouts: Expiries,
+    hedging: Option<Hedging>,
 }
 
 impl Client {
-    pub(super) fn new(policy: Box<dyn Policy>, rng: SmallRng) -> Self {
+    pub(super) fn new(policy: Box<dyn Policy>, rng: SmallRng, hedger: Option<Hedger>) -> Self {
         Client {
             policy,
             rng,
@@ -58,7 +90,23 @@ impl Client {
             timer: None,
             deadlines: Expiries::default(),
             probe_timeouts: Expiries::default(),
+            hedging: hedger.map(|hedger| Hedging {
+                hedger,
+                requests: Slab::default(),
+                tries: 0,
+            }),
         }
+    }
+
+    /// True when no query, try or hedged request is in flight (tests check it after a run).
+    #[cfg(test)]
+    pub(super) fn is_idle(&self) -> bool {
+        self.queries.is_empty() && self.hedging.as_ref().is_none_or(|h| h.requests.is_empty())
+    }
+
+    /// This client's hedging counters: (stats, tries sent), when it hedges.
+    pub(super) fn hedge_stats(&self) -> Option<(prequal_core::HedgeStats, u64)> {
+        self.hedging.as_ref().map(|h| (h.hedger.stats(), h.tries))
     }
 
     fn open(&mut self, now: Time) -> u64 {
@@ -68,6 +116,7 @@ impl Client {
             dispatched: None,
             server_slot: None,
             report: None,
+            request: None,
         })
     }
 
@@ -115,6 +164,20 @@ impl Sim<'_> {
         if per_client > 0.0 {
             let client = &mut self.clients[c as usize];
             let query = client.open(now);
+            if let Some(h) = &mut client.hedging {
+                let request = h.requests.insert(Request {
+                    issued: now,
+                    first_sent: None,
+                    first: query,
+                    tries: vec![query],
+                    tried: Vec::new(),
+                    hedges: 0,
+                    hedge_at: None,
+                });
+                if let Some(slot) = client.queries.get_mut(query) {
+                    slot.request = Some(request);
+                }
+            }
             let q = Query {
                 id: QueryId(query),
                 hint: None,
@@ -130,20 +193,36 @@ impl Sim<'_> {
     }
 
     fn no_replica(&mut self, c: u32, query: u64) {
-        if let Some(slot) = self.clients[c as usize].queries.remove(query) {
-            self.recorder.query(slot.issued, None, None);
+        let client = &mut self.clients[c as usize];
+        let Some(slot) = client.queries.remove(query) else {
+            return;
+        };
+        if let (Some(key), Some(h)) = (slot.request, &mut client.hedging) {
+            let Some(request) = h.requests.get_mut(key) else {
+                return;
+            };
+            request.tries.retain(|&t| t != query);
+            if !request.tries.is_empty() {
+                return; // A hedge found no replica; the query still waits for its other tries.
+            }
+            h.requests.remove(key);
         }
+        self.recorder.query(slot.issued, None, None);
     }
 
     fn dispatch(&mut self, c: u32, query: u64, replica: ReplicaId) {
         let now = self.now;
+        let Some(replica) = self.untried(c, query, replica) else {
+            self.no_replica(c, query);
+            return;
+        };
         let client = &mut self.clients[c as usize];
         let Some(slot) = client.queries.get_mut(query) else {
             return;
         };
         slot.replica = replica.0;
         slot.dispatched = Some(now);
-        let issued = slot.issued;
+        let (issued, request) = (slot.issued, slot.request);
         client.policy.on_dispatch(replica, QueryId(query), now);
         let at = now + self.delay(false);
         self.queue.push(
@@ -154,12 +233,22 @@ impl Sim<'_> {
                 query,
             },
         );
+        // Without hedging a query's deadline follows its one try; with hedging it belongs to
+        // the request and is set when its first try goes out.
+        let deadline_key = match request {
+            None => Some(query),
+            Some(key) => self.note_try_sent(c, key, replica),
+        };
         if let Some(deadline) = self.compiled.scenario.clients.deadline
+            && let Some(key) = deadline_key
             && let Some(at) = self.clients[c as usize]
                 .deadlines
-                .push(issued + deadline, query)
+                .push(issued + deadline, key)
         {
             self.queue.push(at, Event::Deadline(c));
+        }
+        if let Some(key) = request {
+            self.arm_hedge(c, key);
         }
     }
 
@@ -167,6 +256,10 @@ impl Sim<'_> {
     fn complete(&mut self, c: u32, query: u64, outcome: Outcome) {
         let now = self.now;
         let client = &mut self.clients[c as usize];
+        if let Some(key) = client.queries.get(query).and_then(|s| s.request) {
+            self.complete_try(c, key, query, outcome);
+            return;
+        }
         let Some(slot) = client.queries.remove(query) else {
             return;
         };
@@ -205,12 +298,21 @@ impl Sim<'_> {
         let mut due = std::mem::take(&mut self.expired);
         let client = &mut self.clients[c as usize];
         let queries = &client.queries;
-        let waiting = |q: u64| queries.contains(q);
+        let requests = client.hedging.as_ref().map(|h| &h.requests);
+        let waiting = |key: u64| match requests {
+            Some(requests) => requests.contains(key),
+            None => queries.contains(key),
+        };
         if let Some(at) = client.deadlines.pop_due(self.now, &mut due, waiting) {
             self.queue.push(at, Event::Deadline(c));
         }
-        for &query in &due {
-            self.on_deadline(c, query);
+        let hedging = client.hedging.is_some();
+        for &key in &due {
+            if hedging {
+                self.on_request_deadline(c, key);
+            } else {
+                self.on_deadline(c, key);
+            }
         }
         due.clear();
         self.expired = due;
@@ -221,7 +323,7 @@ impl Sim<'_> {
             return;
         };
         if let Some(server_slot) = slot.server_slot {
-            self.cancel_at_server(slot.replica, server_slot, c, query);
+            self.cancel_at_server(slot.replica, server_slot, c, query, Outcome::Timeout);
         }
         self.complete(c, query, Outcome::Timeout);
     }
@@ -371,5 +473,251 @@ impl Sim<'_> {
         if let Some(s) = self.clients[c as usize].queries.get_mut(query) {
             s.server_slot = Some(server_slot);
         }
+    }
+}
+
+/// Hedging: the client side of [`prequal_core::hedge`]. A query's tries share one `Request`;
+/// the first response wins, the other tries are cancelled at their replicas and reported to
+/// the policy as [`Outcome::Cancelled`]; an error waits for the other tries still out.
+impl Sim<'_> {
+    /// `replica` for `query`, unless the query already tried it: then another replica it has
+    /// not tried, uniformly at random (as the proxy does), or None when it tried them all.
+    fn untried(&mut self, c: u32, query: u64, replica: ReplicaId) -> Option<ReplicaId> {
+        let count = self.servers.len() as u32;
+        let client = &mut self.clients[c as usize];
+        let (Some(h), Some(key)) = (
+            &client.hedging,
+            client.queries.get(query).and_then(|s| s.request),
+        ) else {
+            return Some(replica);
+        };
+        let tried = &h.requests.get(key)?.tried;
+        if !tried.contains(&replica.0) {
+            return Some(replica);
+        }
+        let left = count.saturating_sub(tried.len() as u32);
+        if left == 0 {
+            return None;
+        }
+        let nth = client.rng.random_range(0..left) as usize;
+        (0..count)
+            .filter(|r| !tried.contains(r))
+            .nth(nth)
+            .map(ReplicaId)
+    }
+
+    /// A try of request `key` went to `replica`; returns the deadline key for a first try.
+    fn note_try_sent(&mut self, c: u32, key: u64, replica: ReplicaId) -> Option<u64> {
+        let now = self.now;
+        let h = self.clients[c as usize].hedging.as_mut()?;
+        let request = h.requests.get_mut(key)?;
+        request.tried.push(replica.0);
+        h.tries += 1;
+        if request.first_sent.is_some() {
+            return None;
+        }
+        request.first_sent = Some(now);
+        h.hedger.on_request(now);
+        Some(key)
+    }
+
+    /// Asks the hedger about request `key`, unless a wake-up for it is already armed.
+    fn arm_hedge(&mut self, c: u32, key: u64) {
+        let now = self.now;
+        let Some(h) = self.clients[c as usize].hedging.as_mut() else {
+            return;
+        };
+        let Some(request) = h.requests.get_mut(key) else {
+            return;
+        };
+        let Some(first_sent) = request.first_sent else {
+            return;
+        };
+        if request.hedge_at.is_some() {
+            return;
+        }
+        match h.hedger.poll_hedge(first_sent, request.hedges, now) {
+            HedgeDecision::Never => {}
+            HedgeDecision::At(at) => {
+                request.hedge_at = Some(at);
+                self.queue.push(
+                    at,
+                    Event::Hedge {
+                        client: c,
+                        request: key,
+                    },
+                );
+            }
+            HedgeDecision::Now => {
+                request.hedges += 1;
+                self.send_hedge(c, key);
+            }
+        }
+    }
+
+    /// A hedge wake-up came due.
+    pub(super) fn on_hedge_due(&mut self, c: u32, key: u64) {
+        let now = self.now;
+        let Some(h) = self.clients[c as usize].hedging.as_mut() else {
+            return;
+        };
+        match h.requests.get_mut(key) {
+            Some(request) if request.hedge_at == Some(now) => request.hedge_at = None,
+            _ => return, // Settled, or re-armed for another time.
+        }
+        self.arm_hedge(c, key);
+        self.service_client(c);
+    }
+
+    /// Sends one more try of request `key`: the policy picks, a replica already tried is
+    /// replaced in `dispatch`.
+    fn send_hedge(&mut self, c: u32, key: u64) {
+        let now = self.now;
+        let client = &mut self.clients[c as usize];
+        let Some(issued) = client
+            .hedging
+            .as_ref()
+            .and_then(|h| h.requests.get(key))
+            .map(|r| r.issued)
+        else {
+            return;
+        };
+        let query = client.queries.insert(Slot {
+            replica: 0,
+            issued,
+            dispatched: None,
+            server_slot: None,
+            report: None,
+            request: Some(key),
+        });
+        if let Some(request) = client
+            .hedging
+            .as_mut()
+            .and_then(|h| h.requests.get_mut(key))
+        {
+            request.tries.push(query);
+        }
+        let q = Query {
+            id: QueryId(query),
+            hint: None,
+        };
+        match client.policy.pick(&q, now, &mut client.rng) {
+            Pick::Replica(r) => self.dispatch(c, query, r),
+            Pick::Pending => {}
+            Pick::NoReplica => self.no_replica(c, query),
+        }
+    }
+
+    /// Ends try `query` without a response: at its replica (which drops the work, as a real
+    /// server does when its client resets the stream) and for the policy, with `outcome`
+    /// (`Timeout` at the deadline; for a hedge's loser, the hedger's `loser_outcome`).
+    fn end_try(&mut self, c: u32, query: u64, outcome: Outcome, deadline: bool) {
+        let now = self.now;
+        let Some(slot) = self.clients[c as usize].queries.remove(query) else {
+            return;
+        };
+        if let Some(server_slot) = slot.server_slot {
+            // The replica sees a deadline as before, and a hedge's loser as abandoned.
+            let at_server = if deadline {
+                Outcome::Timeout
+            } else {
+                Outcome::Cancelled
+            };
+            self.cancel_at_server(slot.replica, server_slot, c, query, at_server);
+        }
+        if let Some(sent) = slot.dispatched {
+            let completion = Completion {
+                query: QueryId(query),
+                latency: now.saturating_since(sent),
+                outcome,
+            };
+            self.clients[c as usize]
+                .policy
+                .on_complete(ReplicaId(slot.replica), &completion, now);
+        }
+    }
+
+    /// Try `query` of request `key` got its response (`Success` or `Error`).
+    fn complete_try(&mut self, c: u32, key: u64, query: u64, outcome: Outcome) {
+        let now = self.now;
+        let client = &mut self.clients[c as usize];
+        let Some(slot) = client.queries.remove(query) else {
+            return;
+        };
+        let Some(sent) = slot.dispatched else {
+            return;
+        };
+        if let Some(report) = &slot.report {
+            client
+                .policy
+                .on_load_report(ReplicaId(slot.replica), report, now);
+        }
+        let completion = Completion {
+            query: QueryId(query),
+            latency: now.saturating_since(sent),
+            outcome,
+        };
+        client
+            .policy
+            .on_complete(ReplicaId(slot.replica), &completion, now);
+        let Some(h) = client.hedging.as_mut() else {
+            return;
+        };
+        let Some(request) = h.requests.get_mut(key) else {
+            return;
+        };
+        request.tries.retain(|&t| t != query);
+        if outcome == Outcome::Error && !request.tries.is_empty() {
+            // Another try may still succeed: wait for it.
+            self.service_client(c);
+            return;
+        }
+        let Some(request) = h.requests.remove(key) else {
+            return;
+        };
+        if outcome == Outcome::Success {
+            // The winning try's own latency: a try stuck on a slow replica is replaced by its
+            // hedge's, so the delay stays that of replicas that answer.
+            h.hedger
+                .on_response(now.saturating_since(sent), query != request.first);
+        }
+        for &t in &request.tries {
+            let outcome = match self.clients[c as usize].queries.get(t) {
+                Some(Slot {
+                    dispatched: Some(at),
+                    ..
+                }) => self.clients[c as usize]
+                    .hedging
+                    .as_ref()
+                    .map_or(Outcome::Cancelled, |h| {
+                        h.hedger.loser_outcome(now.saturating_since(*at))
+                    }),
+                _ => Outcome::Cancelled,
+            };
+            self.end_try(c, t, outcome, false);
+        }
+        let latency = now.saturating_since(request.issued).as_nanos() as u64;
+        self.recorder
+            .query(request.issued, Some(latency), Some(outcome));
+        self.service_client(c);
+    }
+
+    /// Request `key` reached its deadline: every try still out times out.
+    fn on_request_deadline(&mut self, c: u32, key: u64) {
+        let now = self.now;
+        let Some(request) = self.clients[c as usize]
+            .hedging
+            .as_mut()
+            .and_then(|h| h.requests.remove(key))
+        else {
+            return;
+        };
+        for &t in &request.tries {
+            self.end_try(c, t, Outcome::Timeout, true);
+        }
+        let latency = now.saturating_since(request.issued).as_nanos() as u64;
+        self.recorder
+            .query(request.issued, Some(latency), Some(Outcome::Timeout));
+        self.service_client(c);
     }
 }

@@ -210,8 +210,16 @@ impl Sim<'_> {
         self.finish_cpu_jobs(s);
     }
 
-    /// Drops the work of a query whose client gave up, so it frees the replica.
-    pub(super) fn cancel_at_server(&mut self, s: u32, slot: u32, c: u32, query: u64) {
+    /// Drops the work of a query whose client gave up (`Timeout`) or took another try's
+    /// response (`Cancelled`), so it frees the replica.
+    pub(super) fn cancel_at_server(
+        &mut self,
+        s: u32,
+        slot: u32,
+        c: u32,
+        query: u64,
+        outcome: Outcome,
+    ) {
         let now = self.now;
         let server = &mut self.servers[s as usize];
         let matches = server
@@ -224,7 +232,11 @@ impl Sim<'_> {
         let Some(job) = server.take(slot) else {
             return;
         };
-        server.tracker.on_finish(job.arrival, Outcome::Timeout, now);
+        if outcome == Outcome::Cancelled {
+            server.tracker.on_abandon(job.arrival);
+        } else {
+            server.tracker.on_finish(job.arrival, outcome, now);
+        }
         if let (Some(id), Some(cpu)) = (job.cpu, server.model.cpu_mut()) {
             server.by_cpu.remove(&id);
             cpu.cancel(now, id, &mut self.done);
