@@ -107,6 +107,22 @@ pub fn label_of(config: &PolicyConfig, param: Option<&(String, String)>) -> Stri
     }
 }
 
+/// ` +hedge`, with the hedging keys that differ from prequal-core's defaults.
+fn hedge_label(config: &HedgeConfig) -> String {
+    let table = toml::Table::try_from(config).unwrap_or_default();
+    let defaults = toml::Table::try_from(HedgeConfig::default()).unwrap_or_default();
+    let extra: Vec<String> = table
+        .iter()
+        .filter(|(k, v)| defaults.get(*k) != Some(*v))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    if extra.is_empty() {
+        " +hedge".into()
+    } else {
+        format!(" +hedge ({})", extra.join(", "))
+    }
+}
+
 /// `config` with `key` set to `value`, or None when the policy has no such key.
 fn with_param(
     config: &PolicyConfig,
@@ -166,8 +182,8 @@ pub fn plan(compiled: &Compiled) -> Result<Vec<RunPlan>, ModelError> {
             };
             for (config, param) in variants {
                 let mut label = label_of(&config, param.as_ref());
-                if hedge.is_some() {
-                    label.push_str(" +hedge");
+                if let Some(h) = &hedge {
+                    label.push_str(&hedge_label(h));
                 }
                 out.push(RunPlan {
                     label,
@@ -267,6 +283,10 @@ impl Report {
             }
             out.push('\n');
         }
+        if self.runs.iter().any(|r| r.output.hedging.is_some()) {
+            out.push('\n');
+            out.push_str(&self.hedge_table());
+        }
         if self
             .runs
             .first()
@@ -274,6 +294,33 @@ impl Report {
         {
             out.push('\n');
             out.push_str(&self.phase_table());
+        }
+        out
+    }
+
+    /// Hedging's cost per run that hedged: hedges sent, won, refused, and the extra tries.
+    fn hedge_table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{:<34} {:>5} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9}",
+            "hedging", "load", "queries", "sent", "won", "refused", "tries/q", "extra"
+        );
+        for r in &self.runs {
+            if let Some(h) = &r.output.hedging {
+                let _ = writeln!(
+                    out,
+                    "{:<34} {:>5.2} {:>9} {:>9} {:>9} {:>9} {:>10.4} {:>8.2}%",
+                    label_with_param(r),
+                    r.load,
+                    h.queries,
+                    h.sent,
+                    h.won,
+                    h.refused,
+                    h.tries_per_query,
+                    h.extra_pct
+                );
+            }
         }
         out
     }

@@ -61,6 +61,7 @@ struct Hedging {
 #[derive(Clone, Copy, Debug)]
 struct PendingProbe {
     request: ProbeRequest,
+    sent: Time,
     reply_delay: Duration,
     report: Option<prequal_core::LoadReport>,
 }
@@ -353,6 +354,7 @@ impl Sim<'_> {
             let client = &mut self.clients[c as usize];
             let id = client.probes.insert(PendingProbe {
                 request: probe,
+                sent: now,
                 reply_delay: back,
                 report: None,
             });
@@ -445,6 +447,27 @@ impl Sim<'_> {
         }
         due.clear();
         self.expired = due;
+    }
+
+    /// Probe `probe` reached a replica that cannot answer it: `refused` (its process is
+    /// down: the client learns it when the refusal comes back) or unreachable (the client
+    /// learns it at the probe timeout).
+    pub(super) fn probe_unanswered(&mut self, c: u32, probe: u64, refused: bool) {
+        let now = self.now;
+        let client = &self.clients[c as usize];
+        let Some(entry) = client.probes.get(probe) else {
+            return;
+        };
+        let at = match (refused, client.policy.probe_timeout()) {
+            (false, Some(timeout)) => (entry.sent + timeout).max(now),
+            _ => now + entry.reply_delay,
+        };
+        self.queue.push(at, Event::ProbeFailed { client: c, probe });
+    }
+
+    /// The client learns that a probe failed (see [`Sim::probe_unanswered`]).
+    pub(super) fn on_probe_failed(&mut self, c: u32, probe: u64) {
+        self.on_probe_timeout(c, probe);
     }
 
     fn on_probe_timeout(&mut self, c: u32, probe: u64) {
@@ -667,11 +690,24 @@ impl Sim<'_> {
             return;
         };
         request.tries.retain(|&t| t != query);
-        if outcome == Outcome::Error && !request.tries.is_empty() {
-            // Another try may still succeed: wait for it.
-            self.service_client(c);
-            return;
+        if outcome == Outcome::Error {
+            // Another try may still succeed: wait for it; with none out, hedge at once if the
+            // hedger allows (gRPC's hedging on a non-fatal status), else the query fails.
+            let waiting = !request.tries.is_empty();
+            let hedge_now =
+                !waiting && h.hedger.poll_hedge_on_error(request.hedges, now) == HedgeDecision::Now;
+            request.hedges += u32::from(hedge_now);
+            if hedge_now {
+                self.send_hedge(c, key);
+            }
+            if waiting || hedge_now {
+                self.service_client(c);
+                return;
+            }
         }
+        let Some(h) = self.clients[c as usize].hedging.as_mut() else {
+            return;
+        };
         let Some(request) = h.requests.remove(key) else {
             return;
         };

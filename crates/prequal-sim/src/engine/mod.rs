@@ -128,6 +128,11 @@ enum Event {
     ProbeTimeout(u32),
     Timer(u32),
     Tick,
+    /// A probe's replica cannot answer (down or refusing): the client learns it now.
+    ProbeFailed {
+        client: u32,
+        probe: u64,
+    },
     /// Time to ask the client's hedger about one of its requests again.
     Hedge {
         client: u32,
@@ -341,6 +346,7 @@ impl<'a> Sim<'a> {
             Event::Timer(c) => self.on_timer(c),
             Event::Tick => self.on_tick(),
             Event::Hedge { client, request } => self.on_hedge_due(client, request),
+            Event::ProbeFailed { client, probe } => self.on_probe_failed(client, probe),
         }
     }
 

@@ -21,7 +21,7 @@ pub mod server;
 
 pub use cpu::{CpuModel, JobId};
 pub use dist::{DistSpec, Distribution, TraceLoader, parse_trace};
-pub use episode::{Effects, EpisodeSpec, ServerSet};
+pub use episode::{Effects, EpisodeSpec, Fault, ServerSet};
 pub use server::{Admission, AntagonistSpec, CapacitySpec, ReplicaModel, ServersSpec, SpeedSpec};
 
 /// `v.round() as u64` (halves away from zero, negative and NaN to 0, saturating), without the
