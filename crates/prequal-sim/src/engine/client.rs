@@ -217,6 +217,15 @@ impl Sim<'_> {
             self.no_replica(c, query);
             return;
         };
+        debug_assert!(
+            self.clients[c as usize]
+                .queries
+                .get(query)
+                .and_then(|s| s.request)
+                .and_then(|k| self.clients[c as usize].hedging.as_ref()?.requests.get(k))
+                .is_none_or(|r| !r.tried.contains(&replica.0)),
+            "a hedge never goes to a replica its query already tried"
+        );
         let client = &mut self.clients[c as usize];
         let Some(slot) = client.queries.get_mut(query) else {
             return;

@@ -15,6 +15,13 @@
 //! utilisation) or `on_probe_failure` when `probe_timeout` passes first; and it wakes the
 //! policy at `poll_timeout` with `handle_timeout`.
 //!
+//! With hedging on (`[clients.hedge]`, or a contender's `hedge`), each client also owns a
+//! [`prequal_core::Hedger`]: a query's tries share one request, the hedger says when to send
+//! another try (to a replica the query has not tried), the first success wins and the other
+//! tries are cancelled at their replicas and reported to the policy (`client.rs`). Fault
+//! episodes (`black-hole`, `host-down`, `killed`) act on queries and probes as they reach a
+//! replica (`server.rs`). Without hedging, no event, draw or report byte changes.
+//!
 //! Randomness is split so contenders face the same world: each replica's antagonists draw from
 //! their own stream seeded by the scenario seed and the replica index, untouched by traffic.
 

@@ -6,7 +6,7 @@
 //! - [`cpu`]: processor sharing of a replica's cores among the queries in flight, as a state
 //!   machine driven by `now` (`arrive`, `next_completion`, `advance`, `set_cores`, `cancel`).
 //! - [`episode`]: things that happen to some replicas between two times (slow, pinned latency,
-//!   errors, capacity loss) and how overlapping episodes combine.
+//!   errors, capacity loss, whole-replica faults) and how overlapping episodes combine.
 //! - [`server`]: the scenario's `[servers]` section and [`server::ReplicaModel`], one
 //!   replica's model: speed, antagonists, episodes, and the latency or capacity model.
 //!
