@@ -147,3 +147,17 @@ fn hedging_is_set_per_contender_or_for_all_clients() {
     let err = parse(&text.replace("delay = \"200ms\"", "dealy = \"200ms\"")).unwrap_err();
     assert!(err.contains("dealy") && err.contains("contenders"), "{err}");
 }
+
+#[test]
+fn shipped_faults_parses_with_one_hedged_contender() {
+    let c = parse(include_str!("../../../../scenarios/faults.toml")).unwrap();
+    assert_eq!(c.scenario.servers.count, 10);
+    assert_eq!(c.scenario.servers.episodes.len(), 4);
+    let hedged: Vec<_> = c
+        .scenario
+        .contenders
+        .iter()
+        .map(|c| c.hedge.is_some())
+        .collect();
+    assert_eq!(hedged, [false, false, false, false, true]);
+}
