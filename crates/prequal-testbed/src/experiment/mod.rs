@@ -134,6 +134,15 @@ pub struct Plan {
 pub fn plan(compiled: &Compiled, options: &Options) -> Result<Plan, ExperimentError> {
     let sc = &compiled.scenario;
     let ex = &sc.experiment;
+    // Whole-replica faults are simulated only: refuse rather than run live without them.
+    if let Some(i) = sc.servers.episodes.iter().position(|e| e.fault.is_some()) {
+        return Err(ExperimentError::Scenario {
+            key: format!("servers.episodes[{i}].fault"),
+            message: "fault episodes (black-hole, host-down, killed) are simulated only; the \
+                      live backend does not carry them out yet (use `prequal sim`)"
+                .into(),
+        });
+    }
     let mut all = Vec::new();
     // Hedging is simulated only until the proxy carries it out: such contenders are skipped.
     let mut hedged = Vec::new();
