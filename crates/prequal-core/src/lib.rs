@@ -2,8 +2,9 @@
 //!
 //! The sans-IO heart of prequal: every load-balancing policy, the Prequal probe pool and its
 //! hot-cold lexicographic (HCL) rule, the server-side load estimator, and the resilience building
-//! blocks (peak EWMA, retry budget, outlier ejection, slow start) that the proxy and the simulator
-//! share.
+//! blocks (peak EWMA, retry budget, hedging, outlier ejection, slow start) that the proxy and the
+//! simulator share. [`hedge`] decides when a request earns a second try (Dean and Barroso's
+//! hedged requests) over a recent-latency quantile ([`latency_quantile`]) and a budget.
 //!
 //! Nothing in this crate performs I/O, reads a clock, sleeps, spawns, or touches a global random
 //! source. Time comes in as [`Time`] and randomness as `&mut dyn RngCore`; decisions come out as
@@ -29,6 +30,7 @@
 pub mod config;
 pub mod estimator;
 pub mod ewma;
+pub mod hedge;
 pub mod latency_quantile;
 pub mod outlier;
 pub mod policies;
@@ -48,6 +50,8 @@ pub use estimator::{
     Arrival, EstimatorConfig, EstimatorConfigError, LatencyEstimator, LoadTracker,
 };
 pub use ewma::PeakEwma;
+pub use hedge::{HedgeConfig, HedgeDecision, HedgeStats, Hedger};
+pub use latency_quantile::LatencyQuantile;
 pub use outlier::{Ejection, EjectionReason, OutlierConfig, OutlierDetector};
 pub use policy::{
     Completion, LoadReport, Outcome, Pick, Policy, PoolEntryView, ProbeId, ProbeRequest, Query,

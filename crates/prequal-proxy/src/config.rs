@@ -25,6 +25,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use prequal_core::HedgeConfig;
 use prequal_core::PolicyConfig;
 use prequal_core::config::deserialize_policy;
 use prequal_core::outlier::OutlierConfig;
@@ -148,102 +149,6 @@ pub enum UpstreamProtocol {
     Http2,
 }
 
-/// `[clusters.NAME.hedge]`: backup tries for requests that have not answered in time.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct HedgeConfig {
-    /// Whether requests are hedged. Default `true`.
-    pub enabled: bool,
-    /// `"auto"` (the `quantile` of recent successful tries) or a fixed duration. Default `"auto"`.
-    pub delay: HedgeDelay,
-    /// The latency quantile an `"auto"` delay follows, in (0, 1). Default 0.95.
-    pub quantile: f64,
-    /// The shortest delay. Default `"1ms"`.
-    #[serde(with = "humantime_serde")]
-    pub min_delay: Duration,
-    /// Hedges as a share of requests in the window. Default 0.05.
-    pub ratio: f64,
-    /// Hedges allowed per second whatever the traffic. Default 1.
-    pub min_per_second: f64,
-    /// The budget's sliding window. Default `"10s"`.
-    #[serde(with = "humantime_serde")]
-    pub window: Duration,
-}
-
-impl Default for HedgeConfig {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            delay: HedgeDelay::Auto,
-            quantile: 0.95,
-            min_delay: Duration::from_millis(1),
-            ratio: 0.05,
-            min_per_second: 1.0,
-            window: Duration::from_secs(10),
-        }
-    }
-}
-
-/// When a hedge goes out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HedgeDelay {
-    /// Learned: a quantile of the cluster's recent successful tries.
-    Auto,
-    /// This long after the first try.
-    Fixed(Duration),
-}
-
-impl Serialize for HedgeDelay {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            HedgeDelay::Auto => s.serialize_str("auto"),
-            HedgeDelay::Fixed(d) => s.serialize_str(&humantime::format_duration(*d).to_string()),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for HedgeDelay {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        if text == "auto" {
-            return Ok(HedgeDelay::Auto);
-        }
-        humantime::parse_duration(&text)
-            .map(HedgeDelay::Fixed)
-            .map_err(|e| {
-                serde::de::Error::custom(format!(
-                    "is {text:?}; expected \"auto\" or a duration such as \"50ms\" ({e})"
-                ))
-            })
-    }
-}
-
-impl HedgeConfig {
-    /// The budget these settings give hedges, as a retry budget's parameters.
-    pub fn budget(&self) -> RetryBudgetConfig {
-        RetryBudgetConfig {
-            ratio: self.ratio,
-            min_per_second: self.min_per_second,
-            window: self.window,
-        }
-    }
-
-    fn validate(&self) -> Result<(), (String, String)> {
-        if !(self.quantile > 0.0 && self.quantile < 1.0) {
-            return Err((
-                "hedge.quantile".into(),
-                "must be between 0 and 1, exclusive".into(),
-            ));
-        }
-        if self.delay == HedgeDelay::Fixed(Duration::ZERO) {
-            return Err(("hedge.delay".into(), "must be greater than zero".into()));
-        }
-        self.budget()
-            .validate()
-            .map_err(|e| (format!("hedge.{}", e.key), e.message))
-    }
-}
-
 /// `[clusters.NAME]`: one set of replicas and how to balance over them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -277,7 +182,8 @@ pub struct ClusterConfig {
     pub retry_non_idempotent: bool,
     /// The retry budget shared by all requests to the cluster.
     pub retry_budget: RetryBudgetConfig,
-    /// Hedging: a second try for a request whose first has not answered in time.
+    /// Hedging: a second try for a request whose first has not answered in time
+    /// (prequal-core's `hedge`).
     pub hedge: HedgeConfig,
     /// Request bodies up to this many bytes (by `Content-Length`) are read before the first
     /// try, so that they can be retried and hedged. Default 65536; 0 streams every body.
@@ -487,7 +393,7 @@ impl ClusterConfig {
             (format!("{}.{}", e.component, e.key), e.message)
         };
         self.retry_budget.validate().map_err(block)?;
-        self.hedge.validate()?;
+        self.hedge.validate().map_err(block)?;
         self.outlier.validate().map_err(block)?;
         self.slow_start.validate().map_err(block)?;
         Ok(())

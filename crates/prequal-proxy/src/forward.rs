@@ -9,10 +9,12 @@
 //! **Hedging** (Dean and Barroso, "The Tail at Scale", CACM 2013): when the first try of a
 //! request that may be retried has not answered after the hedge delay (by default the p95 of
 //! the cluster's recent successful tries), one more try goes to another replica the policy
-//! picks, if the hedge budget allows (5% of requests plus 1 per second by default). Whichever
-//! answers first is used; the other is dropped, which the policy hears of as a cancelled try,
-//! so its in-flight count stays right. A request has at most one hedge. A try that fails while
-//! the other is still running does not end the request: the other may still answer.
+//! picks, if the hedge budget allows (10% of requests plus 1 per second by default). Whichever
+//! answers first is used; the others are dropped, which the policy hears of as cancelled tries
+//! (see [`Cluster::complete`]), so its in-flight counts stay right. The decisions (when, how
+//! many, within what budget) are prequal-core's [`prequal_core::Hedger`], the same the
+//! simulator runs. A try that fails while another is still running does not end the request:
+//! the other may still answer.
 //!
 //! What is retried once every try in flight has failed, always within the retry budget:
 //! - a connection that could not be opened (nothing reached the replica, so any method);
@@ -31,6 +33,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use http::{HeaderValue, Method, Request, Response, StatusCode, Version, header};
 use http_body::Body;
 use http_body_util::BodyExt;
@@ -96,8 +100,8 @@ pub async fn forward(
         return local_response(StatusCode::BAD_REQUEST, "request body could not be read\n");
     };
     let may_retry_failures = is_idempotent(&parts.method) || config.retry_non_idempotent;
-    let hedge_delay = match may_retry_failures && body.is_replayable() && config.max_attempts > 1 {
-        true => cluster.hedge_delay(),
+    let hedge_plan = match may_retry_failures && body.is_replayable() && config.max_attempts > 1 {
+        true => cluster.hedge_plan(),
         false => None,
     };
     let mut tries = Tries {
@@ -107,41 +111,43 @@ pub async fn forward(
         tried: Vec::new(),
         deadline: Instant::now() + config.request_timeout,
     };
-    // At most two tries run at once: the first (or a retry) and its hedge.
-    let (mut one, mut two): (Option<Running<'_>>, Option<Running<'_>>) = (None, None);
-    let mut hedge_at = None;
-    let mut attempts = 0;
+    // The tries in flight: the first (or a retry), and the hedges sent while it runs.
+    let mut running = FuturesUnordered::new();
+    let mut hedge_at = hedge_plan.map(|(_, due)| due);
+    let (mut attempts, mut hedges_sent) = (0, 0);
     let mut failure = None;
     loop {
-        if one.is_none() && two.is_none() {
-            // Nothing in flight: the first try, or a retry of one that failed.
+        if running.is_empty() {
+            // Nothing in flight: the first try, or a retry once every try failed.
             if attempts > 0 && !tries.may_retry(attempts, failure.as_ref(), may_retry_failures) {
                 break;
             }
-            match tries
-                .start(attempts == 0, false, attempts + 1 == config.max_attempts)
-                .await
-            {
-                Some(next) => one = Some(Running::first(next)),
-                None => break,
-            }
+            let last = attempts + 1 == config.max_attempts;
+            let Some(next) = tries.start(attempts == 0, false, last).await else {
+                break;
+            };
+            running.push(next);
             attempts += 1;
-            if attempts == 1 {
-                hedge_at = hedge_delay.map(|delay| tokio::time::Instant::now() + delay);
-            }
         }
         let hedging = hedge_at.filter(|_| attempts < config.max_attempts);
         let (step, hedge) = tokio::select! {
-            ended = poll_slot(&mut one) => ended,
-            ended = poll_slot(&mut two) => ended,
+            Some(ended) = running.next() => ended,
             () = sleep_until_some(hedging) => {
                 hedge_at = None;
-                if cluster.try_hedge()
-                    && let Some(next) = tries.start(false, true, attempts + 1 == config.max_attempts).await
-                {
-                    attempts += 1;
-                    let free = if one.is_none() { &mut one } else { &mut two };
-                    *free = Some(Running::hedge(next));
+                let Some((started, _)) = hedge_plan else { continue };
+                match cluster.poll_hedge(started, hedges_sent) {
+                    Some(Ok(())) => {
+                        let last = attempts + 1 == config.max_attempts;
+                        if let Some(next) = tries.start(false, true, last).await {
+                            running.push(next);
+                            attempts += 1;
+                            hedges_sent += 1;
+                            // Asked again at once: it says when the next hedge, if any, is due.
+                            hedge_at = Some(Instant::now());
+                        }
+                    }
+                    Some(Err(due)) => hedge_at = Some(due),
+                    None => {}
                 }
                 continue;
             }
@@ -150,10 +156,10 @@ pub async fn forward(
             if hedge {
                 cluster.metrics.hedges_won.inc();
             }
-            // Dropping the other try, if one is still in flight, cancels it.
+            // Dropping the tries still in flight cancels them.
             return response;
         }
-        // A failed try: wait for the other one if there is one, or else retry (above).
+        // A failed try: wait for the others if any are left, or else retry (above).
         failure = Some(step);
     }
     match failure {
@@ -165,42 +171,14 @@ pub async fn forward(
     }
 }
 
-/// One try, from sending its request to its response headers (or its failure).
-type TryFuture<'a> = Pin<Box<dyn Future<Output = Step> + Send + 'a>>;
-
-/// One try in flight, and whether it is the hedge.
-struct Running<'a> {
-    step: TryFuture<'a>,
-    hedge: bool,
-}
-
-impl<'a> Running<'a> {
-    fn first(step: TryFuture<'a>) -> Self {
-        Running { step, hedge: false }
-    }
-
-    fn hedge(step: TryFuture<'a>) -> Self {
-        Running { step, hedge: true }
-    }
-}
-
-/// Waits for the try in `slot` to end and empties the slot; never ends if it is empty.
-async fn poll_slot(slot: &mut Option<Running<'_>>) -> (Step, bool) {
-    match slot {
-        Some(running) => {
-            let step = running.step.as_mut().await;
-            let hedge = running.hedge;
-            *slot = None;
-            (step, hedge)
-        }
-        None => std::future::pending().await,
-    }
-}
+/// One try, from sending its request to its response headers (or its failure), and whether
+/// it is a hedge.
+type TryFuture<'a> = Pin<Box<dyn Future<Output = (Step, bool)> + Send + 'a>>;
 
 /// Sleeps until `at`; never ends if there is none.
-async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+async fn sleep_until_some(at: Option<Instant>) {
     match at {
-        Some(at) => tokio::time::sleep_until(at).await,
+        Some(at) => tokio::time::sleep_until(at.into()).await,
         None => std::future::pending().await,
     }
 }
@@ -233,12 +211,8 @@ impl<'a> Tries<'a> {
         };
         let version = self.cluster.version();
         let upstream = upstream_request(&self.parts, headers, version, body);
-        Some(Box::pin(one_try(
-            self.cluster,
-            chosen,
-            upstream,
-            self.deadline,
-        )))
+        let step = one_try(self.cluster, chosen, upstream, self.deadline);
+        Some(Box::pin(async move { (step.await, hedge) }))
     }
 
     /// Whether a request whose tries all failed, the last with `failure`, gets another.

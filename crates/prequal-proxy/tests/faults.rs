@@ -45,7 +45,7 @@ async fn abandoned_tries_eject(proto: Proto) {
     let proxy = start_proxy(&config_text(&refs, proto, "\"round-robin\"", &extra)).await;
     let client = client(proto);
     // Enough successes for the cluster to know what a normal try takes.
-    assert_eq!(load(&client, proxy.addr, 40, 2).await, 40);
+    assert_eq!(load(&client, proxy.addr, 60, 2).await, 60);
     // Replica 0 stops answering (as under SIGSTOP: connections accepted, nothing sent back),
     // and clients give up long before the proxy's 10 s try timeout.
     backends[0].set_delay_ms(60_000);
@@ -72,7 +72,7 @@ async fn abandoned_tries_eject(proto: Proto) {
         (3.0..=4.0).contains(&cancelled),
         "abandoned tries are counted as cancelled: {cancelled}\n{metrics}"
     );
-    assert_eq!(success, 20.0, "only the tries before the stop succeeded");
+    assert_eq!(success, 30.0, "only the tries before the stop succeeded");
     assert_eq!(
         metric(&metrics, "prequal_proxy_ejected_replicas{cluster=\"test\"}"),
         1.0,

@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use prequal_core::PolicyConfig;
+use prequal_core::{HedgeConfig, PolicyConfig};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +21,8 @@ pub struct RunPlan {
     pub label: String,
     /// The policy config.
     pub contender: PolicyConfig,
+    /// Hedging, when the run hedges (the contender's own `hedge`, else `[clients.hedge]`).
+    pub hedge: Option<HedgeConfig>,
     /// Load multiplier.
     pub load: f64,
     /// The swept parameter and its value, if any.
@@ -105,6 +107,22 @@ pub fn label_of(config: &PolicyConfig, param: Option<&(String, String)>) -> Stri
     }
 }
 
+/// ` +hedge`, with the hedging keys that differ from prequal-core's defaults.
+fn hedge_label(config: &HedgeConfig) -> String {
+    let table = toml::Table::try_from(config).unwrap_or_default();
+    let defaults = toml::Table::try_from(HedgeConfig::default()).unwrap_or_default();
+    let extra: Vec<String> = table
+        .iter()
+        .filter(|(k, v)| defaults.get(*k) != Some(*v))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    if extra.is_empty() {
+        " +hedge".into()
+    } else {
+        format!(" +hedge ({})", extra.join(", "))
+    }
+}
+
 /// `config` with `key` set to `value`, or None when the policy has no such key.
 fn with_param(
     config: &PolicyConfig,
@@ -137,7 +155,14 @@ pub fn plan(compiled: &Compiled) -> Result<Vec<RunPlan>, ModelError> {
     let mut out = Vec::new();
     let mut any_param = false;
     for &load in &loads {
-        for contender in &sc.contenders {
+        for entry in &sc.contenders {
+            let contender = &entry.policy;
+            let hedge = entry
+                .hedge
+                .as_ref()
+                .or(sc.clients.hedge.as_ref())
+                .filter(|h| h.enabled)
+                .cloned();
             let variants = match &sweep.param {
                 Some(key) => {
                     let mut v = Vec::new();
@@ -156,10 +181,14 @@ pub fn plan(compiled: &Compiled) -> Result<Vec<RunPlan>, ModelError> {
                 None => vec![(contender.clone(), None)],
             };
             for (config, param) in variants {
-                let label = label_of(&config, param.as_ref());
+                let mut label = label_of(&config, param.as_ref());
+                if let Some(h) = &hedge {
+                    label.push_str(&hedge_label(h));
+                }
                 out.push(RunPlan {
                     label,
                     contender: config,
+                    hedge: hedge.clone(),
                     load,
                     param,
                 });
@@ -186,7 +215,7 @@ pub fn run_all(
     let runs: Vec<Result<RunResult, SimError>> = plans
         .par_iter()
         .map(|p| {
-            let output = engine::run(compiled, &p.contender, p.load)?;
+            let output = engine::run_with_hedge(compiled, &p.contender, p.hedge.as_ref(), p.load)?;
             progress(p);
             Ok(RunResult {
                 label: p.label.clone(),
@@ -254,6 +283,10 @@ impl Report {
             }
             out.push('\n');
         }
+        if self.runs.iter().any(|r| r.output.hedging.is_some()) {
+            out.push('\n');
+            out.push_str(&self.hedge_table());
+        }
         if self
             .runs
             .first()
@@ -261,6 +294,33 @@ impl Report {
         {
             out.push('\n');
             out.push_str(&self.phase_table());
+        }
+        out
+    }
+
+    /// Hedging's cost per run that hedged: hedges sent, won, refused, and the extra tries.
+    fn hedge_table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{:<34} {:>5} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9}",
+            "hedging", "load", "queries", "sent", "won", "refused", "tries/q", "extra"
+        );
+        for r in &self.runs {
+            if let Some(h) = &r.output.hedging {
+                let _ = writeln!(
+                    out,
+                    "{:<34} {:>5.2} {:>9} {:>9} {:>9} {:>9} {:>10.4} {:>8.2}%",
+                    label_with_param(r),
+                    r.load,
+                    h.queries,
+                    h.sent,
+                    h.won,
+                    h.refused,
+                    h.tries_per_query,
+                    h.extra_pct
+                );
+            }
         }
         out
     }

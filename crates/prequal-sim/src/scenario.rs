@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use prequal_core::config::deserialize_policy;
-use prequal_core::{EstimatorConfig, PolicyConfig, Time};
+use prequal_core::{EstimatorConfig, HedgeConfig, PolicyConfig, Time};
+use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::model::{DistSpec, Distribution, ModelError, ServersSpec, parse_trace};
@@ -61,9 +61,9 @@ pub struct Scenario {
     /// Successful queries at or below this latency count as "within objective" (default 1 s).
     #[serde(default = "default_objective", with = "humantime_serde")]
     pub latency_objective: Duration,
-    /// The policies to compare.
+    /// The policies to compare, each optionally with its own hedging.
     #[serde(deserialize_with = "deserialize_contenders")]
-    pub contenders: Vec<PolicyConfig>,
+    pub contenders: Vec<Contender>,
     /// The replicas.
     pub servers: ServersSpec,
     /// The clients.
@@ -120,13 +120,61 @@ fn default_objective() -> Duration {
     Duration::from_secs(1)
 }
 
-fn deserialize_contenders<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PolicyConfig>, D::Error> {
-    #[derive(Deserialize)]
-    struct One(#[serde(deserialize_with = "deserialize_policy")] PolicyConfig);
-    Ok(Vec::<One>::deserialize(d)?
-        .into_iter()
-        .map(|o| o.0)
-        .collect())
+/// One contender: a policy config (a name, or a table with `name` and parameters) and, when
+/// its table has a `hedge` key, its own hedging (which replaces `[clients.hedge]` for it).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Contender {
+    /// The policy.
+    #[serde(flatten)]
+    pub policy: PolicyConfig,
+    /// Hedging for this contender only (`hedge = { ... }` in its table).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hedge: Option<HedgeConfig>,
+}
+
+impl From<PolicyConfig> for Contender {
+    fn from(policy: PolicyConfig) -> Self {
+        Contender {
+            policy,
+            hedge: None,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Contender {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct NameOrTable;
+        impl<'de> Visitor<'de> for NameOrTable {
+            type Value = Contender;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a policy name such as \"prequal\", or a table with a `name` key")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Contender, E> {
+                PolicyConfig::from_name(v)
+                    .map(Contender::from)
+                    .map_err(E::custom)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Contender, A::Error> {
+                let mut table =
+                    toml::Table::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                let hedge = match table.remove("hedge") {
+                    Some(v) => Some(
+                        HedgeConfig::deserialize(v)
+                            .map_err(|e| de::Error::custom(format!("hedge: {}", e.message())))?,
+                    ),
+                    None => None,
+                };
+                let policy =
+                    PolicyConfig::deserialize(table).map_err(|e| de::Error::custom(e.message()))?;
+                Ok(Contender { policy, hedge })
+            }
+        }
+        d.deserialize_any(NameOrTable)
+    }
+}
+
+fn deserialize_contenders<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Contender>, D::Error> {
+    Vec::<Contender>::deserialize(d)
 }
 
 /// `[clients]`: the balancing clients (each with its own policy instance and RNG).
@@ -145,6 +193,11 @@ pub struct ClientsSpec {
     /// `on_load_report` before `on_complete` (default false: reports come only from probes).
     #[serde(default)]
     pub piggyback_reports: bool,
+    /// `[clients.hedge]`: every client hedges its queries with this config (prequal-core's
+    /// [`HedgeConfig`], every key optional) unless a contender sets its own `hedge`
+    /// (default: no hedging).
+    #[serde(default)]
+    pub hedge: Option<HedgeConfig>,
 }
 
 /// Inter-arrival process.
@@ -392,8 +445,17 @@ impl Scenario {
             ));
         }
         for (i, c) in self.contenders.iter().enumerate() {
-            c.validate()
+            c.policy
+                .validate()
                 .map_err(|e| bad(format!("contenders[{i}]"), e.to_string()))?;
+            if let Some(h) = &c.hedge {
+                h.validate()
+                    .map_err(|e| bad(format!("contenders[{i}].hedge.{}", e.key), e.message))?;
+            }
+        }
+        if let Some(h) = &self.clients.hedge {
+            h.validate()
+                .map_err(|e| bad(format!("clients.hedge.{}", e.key), e.message))?;
         }
         if self.clients.count == 0 {
             return Err(bad("clients.count", "expected at least 1 client"));

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use prequal_core::PolicyConfig;
 use prequal_sim::report::{self, Report};
-use prequal_sim::scenario::{Compiled, Scenario};
+use prequal_sim::scenario::{Compiled, Contender, Scenario};
 
 fn scenario(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -20,10 +20,10 @@ fn run(compiled: &Compiled) -> Report {
     report::run_all(compiled, &plans, &|_| {}).unwrap()
 }
 
-fn with_contenders(names: &[&str]) -> Vec<PolicyConfig> {
+fn with_contenders(names: &[&str]) -> Vec<Contender> {
     names
         .iter()
-        .map(|n| PolicyConfig::from_name(n).unwrap())
+        .map(|n| PolicyConfig::from_name(n).unwrap().into())
         .collect()
 }
 
@@ -165,8 +165,10 @@ fn bad_file_error_names_file_and_key() {
 }
 
 /// Probes slower than the policy's probe timeout are reported as failures; Prequal then has no
-/// pool to choose from and picks at random, so it still serves every query, but it can no
-/// longer avoid the slow replica (it does no better than round robin).
+/// pool to choose from and picks at random, so it still serves every query. Every replica's
+/// streak of failed probes makes it avoided until one of its queries succeeds, so the random
+/// pick keeps to the replicas whose queries come back, and the slow replica, whose queries take
+/// 2 s, is still mostly avoided (round robin leaves about 4.5% of queries slow).
 #[test]
 fn probes_past_their_timeout_fail_and_every_query_is_still_served() {
     let compiled = Scenario::load_adjusted(&scenario("beyond-round-robin.toml"), |s| {
@@ -182,8 +184,8 @@ fn probes_past_their_timeout_fail_and_every_query_is_still_served() {
     assert_eq!(s.successes, s.queries);
     let slow = slow_pct(&report, "prequal");
     assert!(
-        slow > 3.0,
-        "without probe replies prequal cannot see the slow replica: {slow:.3}%"
+        slow < 1.0,
+        "without probe replies prequal still keeps away from the slow replica: {slow:.3}%"
     );
 }
 

@@ -58,7 +58,7 @@ pub fn run(args: &Args) -> Result<()> {
     let contenders = contenders()?;
     let compiled = Scenario::parse_adjusted(SCENARIO, &path, |s| {
         s.seed = args.seed;
-        s.contenders = contenders;
+        s.contenders = contenders.into_iter().map(Into::into).collect();
         s.sweep = None;
         s.experiment.haproxy = Some(vec!["leastconn".into()]);
         s.experiment.nginx = Some(Vec::new());
@@ -102,7 +102,7 @@ fn simulated(args: &Args) -> Result<()> {
     let contenders = contenders()?;
     let compiled = Scenario::parse_adjusted(SCENARIO, &path, |s| {
         s.seed = args.seed;
-        s.contenders = contenders;
+        s.contenders = contenders.into_iter().map(Into::into).collect();
         s.sweep = None;
         s.scale_time(0.5);
     })?;

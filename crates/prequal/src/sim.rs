@@ -12,8 +12,9 @@ use std::io::Write as _;
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
+use prequal_core::HedgeConfig;
 use prequal_sim::report::{self, Report, RunPlan};
-use prequal_sim::scenario::{Compiled, Scenario};
+use prequal_sim::scenario::{Compiled, Contender, Scenario};
 
 /// Arguments of `prequal sim`.
 #[derive(clap::Args, Debug)]
@@ -35,6 +36,27 @@ pub struct Args {
     /// Print the JSON report on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Also run each contender that does not hedge with hedging at prequal-core's defaults
+    /// (a `+hedge` run right after it; docs/reliability.md).
+    #[arg(long)]
+    pub hedge: bool,
+}
+
+/// After every contender that does not hedge, the same policy with default hedging.
+fn add_hedged_copies(s: &mut Scenario) {
+    if s.clients.hedge.as_ref().is_some_and(|h| h.enabled) {
+        return; // Every contender hedges already.
+    }
+    let mut out = Vec::new();
+    for c in s.contenders.drain(..) {
+        let hedged = c.hedge.is_none().then(|| Contender {
+            policy: c.policy.clone(),
+            hedge: Some(HedgeConfig::default()),
+        });
+        out.push(c);
+        out.extend(hedged);
+    }
+    s.contenders = out;
 }
 
 /// Loads a scenario with the command-line adjustments applied.
@@ -72,7 +94,10 @@ pub fn run_plans(compiled: &Compiled, plans: &[RunPlan]) -> Result<Report> {
 
 /// Runs `prequal sim`.
 pub fn run(args: &Args) -> Result<()> {
-    let compiled = load(&args.scenario, args.seed, args.time_scale)?;
+    let mut compiled = load(&args.scenario, args.seed, args.time_scale)?;
+    if args.hedge {
+        add_hedged_copies(&mut compiled.scenario);
+    }
     let plans =
         report::plan(&compiled).with_context(|| format!("{}: sweep", args.scenario.display()))?;
     let started = Instant::now();

@@ -20,12 +20,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use http::uri::Authority;
-use prequal_core::latency_quantile::RecentLatencies;
 use prequal_core::outlier::OutlierDetector;
 use prequal_core::retry_budget::RetryBudget;
 use prequal_core::{
-    Completion, LoadReport, Outcome, Pick, ProbeRequest, Query, QueryId, ReplicaChange, ReplicaId,
-    Time,
+    Completion, HedgeDecision, Hedger, LoadReport, Outcome, Pick, ProbeRequest, Query, QueryId,
+    ReplicaChange, ReplicaId, Time,
 };
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
@@ -35,7 +34,7 @@ mod state;
 
 pub use self::state::Strict;
 use self::state::{Core, Member, random_seed};
-use crate::config::{ClusterConfig, HedgeDelay, UpstreamProtocol};
+use crate::config::{ClusterConfig, UpstreamProtocol};
 use crate::metrics::{ClusterMetrics, Metrics};
 use crate::upstream::Upstream;
 
@@ -46,9 +45,6 @@ const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_millis(100);
 fn round_ms(d: Duration) -> Duration {
     Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
-
-/// How much history the cluster's quantiles of recent successful latencies cover.
-const RECENT_WINDOW: Duration = Duration::from_secs(10);
 
 /// The shortest sleep of the timer task, so a policy that keeps asking for "now" cannot spin it.
 const MIN_TIMER_STEP: Duration = Duration::from_micros(50);
@@ -124,7 +120,7 @@ impl Cluster {
             false => None,
         };
         let budget = RetryBudget::new(&config.retry_budget).map_err(block("retry_budget"))?;
-        let hedge_budget = RetryBudget::new(&config.hedge.budget()).map_err(block("hedge"))?;
+        let hedger = Hedger::new(&config.hedge).map_err(block("hedge"))?;
         let core = Core {
             policy,
             rng: SmallRng::seed_from_u64(random_seed()),
@@ -136,8 +132,7 @@ impl Cluster {
             budget,
             waiting: HashMap::new(),
             armed: None,
-            recent: RecentLatencies::new(RECENT_WINDOW),
-            hedge_budget,
+            hedger,
         };
         let metrics = registry.cluster(name);
         let upstreams = |opened: &prometheus_client::metrics::counter::Counter| {
@@ -347,41 +342,48 @@ impl Cluster {
         admitted
     }
 
-    /// A request that may be hedged starts: counts it for the hedge budget and says how long
-    /// its first try may run before a hedge goes out (`None`: hedging is off, or too few tries
-    /// have succeeded lately to know what is slow).
-    pub fn hedge_delay(&self) -> Option<Duration> {
-        let hedge = &self.config.hedge;
-        if !hedge.enabled {
+    /// A request that may be hedged starts now: counts it for the hedge budget; returns its
+    /// start and when its hedge is due (`None`: hedging is off, the cluster has no second
+    /// usable replica, or too few tries have succeeded yet to know what is slow).
+    pub fn hedge_plan(&self) -> Option<(Time, Instant)> {
+        if !self.config.hedge.enabled {
             return None;
         }
         let now = self.now();
         let mut core = self.lock();
         // A hedge must go to another replica: none without a second usable one.
         core.members.values().filter(|m| m.in_policy).nth(1)?;
-        core.hedge_budget.on_request(now);
-        let delay = match hedge.delay {
-            HedgeDelay::Fixed(delay) => delay,
-            HedgeDelay::Auto => core.normal_latency(hedge.quantile, now)?,
-        };
-        Some(delay.max(hedge.min_delay))
+        core.hedger.on_request(now);
+        let due = core.hedger.next_hedge_at(now, 0)?;
+        Some((now, self.instant_of(due)))
     }
 
-    /// Admits one hedge against the hedge budget.
-    pub fn try_hedge(&self) -> bool {
+    /// Asks, at its due time, whether the request that started at `started` and has sent
+    /// `hedges_sent` hedges sends one now (the hedge budget is charged), later, or never.
+    pub fn poll_hedge(&self, started: Time, hedges_sent: u32) -> Option<Result<(), Instant>> {
         let now = self.now();
-        let admitted = self.lock().hedge_budget.try_retry(now);
-        match admitted {
-            true => self.metrics.hedges.inc(),
-            false => self.metrics.hedges_refused.inc(),
-        };
-        admitted
+        let decision = self.lock().hedger.poll_hedge(started, hedges_sent, now);
+        match decision {
+            HedgeDecision::Now => {
+                self.metrics.hedges.inc();
+                Some(Ok(()))
+            }
+            HedgeDecision::At(at) => Some(Err(self.instant_of(at))),
+            HedgeDecision::Never => {
+                if hedges_sent < self.config.hedge.max_hedges {
+                    self.metrics.hedges_refused.inc();
+                }
+                None
+            }
+        }
     }
 
     /// A try finished: feeds the policy (error aversion sees 5xx and timeouts as failures) and
     /// outlier ejection, which may take the replica out of the policy. A cancelled try (the
-    /// client left, or another try answered first) counts for ejection as a timeout once it
-    /// has outlived the cluster's recent p99 of successful tries, and not at all before.
+    /// client left, or another try answered first) counts as a timeout once it has outlived
+    /// the hedge delay, the learned p95 of successful tries (as in the simulator, see
+    /// prequal-core's `Hedger::loser_outcome`); one abandoned sooner counts for nothing but
+    /// the policy's in-flight count.
     pub fn complete(
         self: &Arc<Self>,
         replica: ReplicaId,
@@ -391,34 +393,31 @@ impl Cluster {
         report: Option<LoadReport>,
     ) {
         let now = self.now();
+        let mut guard = self.lock();
+        let core = &mut *guard;
+        if let Some(member) = core.members.get(&replica) {
+            member.metrics.tried(outcome);
+        }
+        let outcome = match outcome {
+            Outcome::Cancelled => core.hedger.loser_outcome(latency),
+            Outcome::Success => {
+                core.hedger.on_response(latency, false);
+                outcome
+            }
+            other => other,
+        };
         let completion = Completion {
             query,
             latency,
             outcome,
         };
-        let mut guard = self.lock();
-        let core = &mut *guard;
         core.policy.on_complete(replica, &completion, now);
         if let Some(report) = report {
             core.policy.on_load_report(replica, &report, now);
         }
-        if let Some(member) = core.members.get(&replica) {
-            member.metrics.tried(outcome);
+        if outcome != Outcome::Cancelled {
+            core.record_outlier(replica, outcome, now, &self.metrics);
         }
-        match outcome {
-            Outcome::Success => core.recent.record(latency, now),
-            Outcome::Cancelled if !core.outlived_normal(latency, now) => {
-                // Abandoned early: says nothing about the replica either way.
-                return self.after_event(guard, now);
-            }
-            _ => {}
-        }
-        // A try abandoned after it outlived what healthy tries take is as good as timed out.
-        let outcome = match outcome {
-            Outcome::Cancelled => Outcome::Timeout,
-            other => other,
-        };
-        core.record_outlier(replica, outcome, now, &self.metrics);
         self.after_event(guard, now);
     }
 

@@ -6,10 +6,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
-use std::time::Duration;
 
 use http::uri::Authority;
-use prequal_core::latency_quantile::RecentLatencies;
+use prequal_core::Hedger;
 use prequal_core::outlier::OutlierDetector;
 use prequal_core::retry_budget::RetryBudget;
 use prequal_core::{Outcome, Pick, Policy, QueryId, ReplicaChange, ReplicaId, Time};
@@ -20,11 +19,6 @@ use tokio::sync::oneshot;
 use super::{Chosen, Outbox, ProbeTarget};
 use crate::config::ClusterConfig;
 use crate::metrics::{ClusterMetrics, ReplicaMetrics};
-
-/// Successful tries needed before their p99 says what is normal for the cluster.
-const MIN_NORMAL_SAMPLES: u64 = 20;
-/// What counts as normal while too few tries have succeeded to know.
-pub(super) const UNKNOWN_NORMAL: Duration = Duration::from_secs(1);
 
 /// Whether a pick may fall back to a replica the request already tried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,27 +59,12 @@ pub(super) struct Core {
     pub(super) waiting: HashMap<QueryId, oneshot::Sender<Pick>>,
     /// The deadline the timer task sleeps until.
     pub(super) armed: Option<Time>,
-    /// Latencies of recent successful tries, the cluster's sense of normal.
-    pub(super) recent: RecentLatencies,
-    /// Hedges may add at most a share of the requests, plus a floor.
-    pub(super) hedge_budget: RetryBudget,
+    /// When to hedge, within what budget; it learns the latencies of successful tries, the
+    /// cluster's sense of normal.
+    pub(super) hedger: Hedger,
 }
 
 impl Core {
-    /// Whether a try abandoned after `elapsed` had outlived what healthy tries take: the
-    /// recent p99 of successful tries, or [`UNKNOWN_NORMAL`] while too few are known.
-    pub(super) fn outlived_normal(&self, elapsed: Duration, now: Time) -> bool {
-        elapsed > self.normal_latency(0.99, now).unwrap_or(UNKNOWN_NORMAL)
-    }
-
-    /// The `q` quantile of recent successful tries, once enough have succeeded to say.
-    pub(super) fn normal_latency(&self, q: f64, now: Time) -> Option<Duration> {
-        match self.recent.count(now) >= MIN_NORMAL_SAMPLES {
-            true => self.recent.quantile(q, now),
-            false => None,
-        }
-    }
-
     /// Turns a policy decision into a dispatched try, honouring exclusion and slow start. An
     /// excluded replica is used only when no other is left, and never for a `Strict` pick.
     pub(super) fn commit(

@@ -3,10 +3,12 @@
 use std::time::Duration;
 
 use prequal_core::{
-    Completion, Outcome, Pick, Policy, ProbeRequest, Query, QueryId, ReplicaId, Time,
+    Completion, Hedger, Outcome, Pick, Policy, ProbeRequest, Query, QueryId, ReplicaId, Time,
 };
 use rand::rngs::SmallRng;
 use rand_distr::{Distribution as _, Exp1};
+
+mod hedging;
 
 use super::expiry::Expiries;
 use super::slab::Slab;
@@ -23,6 +25,34 @@ struct Slot {
     server_slot: Option<u32>,
     /// The replica's load report carried by the response (`piggyback_reports`).
     report: Option<prequal_core::LoadReport>,
+    /// With hedging on, the query this slot is one try of (a key in `Hedging::requests`).
+    request: Option<u64>,
+}
+
+/// A query of a hedging client: its tries (each a [`Slot`]) and its hedging state.
+#[derive(Clone, Debug)]
+struct Request {
+    issued: Time,
+    /// When the first try was sent: hedge delays count from there.
+    first_sent: Option<Time>,
+    /// The first try's key.
+    first: u64,
+    /// Tries not settled yet (keys in `Client::queries`).
+    tries: Vec<u64>,
+    /// Replicas tried so far: a hedge never goes to one of them.
+    tried: Vec<u32>,
+    /// Hedges decided so far.
+    hedges: u32,
+    /// The hedge wake-up armed for this query, if any.
+    hedge_at: Option<Time>,
+}
+
+/// A client's hedging: the core's decision, its queries, and what it cost.
+struct Hedging {
+    hedger: Hedger,
+    requests: Slab<Request>,
+    /// Tries sent to replicas (first tries and hedges).
+    tries: u64,
 }
 
 /// A probe on its way: the request, the network delay its reply will take (drawn when it is
@@ -31,6 +61,7 @@ struct Slot {
 #[derive(Clone, Copy, Debug)]
 struct PendingProbe {
     request: ProbeRequest,
+    sent: Time,
     reply_delay: Duration,
     report: Option<prequal_core::LoadReport>,
 }
@@ -44,12 +75,14 @@ pub(super) struct Client {
     /// Probes in flight, under the keys their events carry.
     probes: Slab<PendingProbe>,
     timer: Option<Time>,
+    /// Query deadlines, keyed by query (without hedging) or by request (with it).
     deadlines: Expiries,
     probe_timeouts: Expiries,
+    hedging: Option<Hedging>,
 }
 
 impl Client {
-    pub(super) fn new(policy: Box<dyn Policy>, rng: SmallRng) -> Self {
+    pub(super) fn new(policy: Box<dyn Policy>, rng: SmallRng, hedger: Option<Hedger>) -> Self {
         Client {
             policy,
             rng,
@@ -58,7 +91,23 @@ impl Client {
             timer: None,
             deadlines: Expiries::default(),
             probe_timeouts: Expiries::default(),
+            hedging: hedger.map(|hedger| Hedging {
+                hedger,
+                requests: Slab::default(),
+                tries: 0,
+            }),
         }
+    }
+
+    /// True when no query, try or hedged request is in flight (tests check it after a run).
+    #[cfg(test)]
+    pub(super) fn is_idle(&self) -> bool {
+        self.queries.is_empty() && self.hedging.as_ref().is_none_or(|h| h.requests.is_empty())
+    }
+
+    /// This client's hedging counters: (stats, tries sent), when it hedges.
+    pub(super) fn hedge_stats(&self) -> Option<(prequal_core::HedgeStats, u64)> {
+        self.hedging.as_ref().map(|h| (h.hedger.stats(), h.tries))
     }
 
     fn open(&mut self, now: Time) -> u64 {
@@ -68,6 +117,7 @@ impl Client {
             dispatched: None,
             server_slot: None,
             report: None,
+            request: None,
         })
     }
 
@@ -115,6 +165,20 @@ impl Sim<'_> {
         if per_client > 0.0 {
             let client = &mut self.clients[c as usize];
             let query = client.open(now);
+            if let Some(h) = &mut client.hedging {
+                let request = h.requests.insert(Request {
+                    issued: now,
+                    first_sent: None,
+                    first: query,
+                    tries: vec![query],
+                    tried: Vec::new(),
+                    hedges: 0,
+                    hedge_at: None,
+                });
+                if let Some(slot) = client.queries.get_mut(query) {
+                    slot.request = Some(request);
+                }
+            }
             let q = Query {
                 id: QueryId(query),
                 hint: None,
@@ -130,20 +194,45 @@ impl Sim<'_> {
     }
 
     fn no_replica(&mut self, c: u32, query: u64) {
-        if let Some(slot) = self.clients[c as usize].queries.remove(query) {
-            self.recorder.query(slot.issued, None, None);
+        let client = &mut self.clients[c as usize];
+        let Some(slot) = client.queries.remove(query) else {
+            return;
+        };
+        if let (Some(key), Some(h)) = (slot.request, &mut client.hedging) {
+            let Some(request) = h.requests.get_mut(key) else {
+                return;
+            };
+            request.tries.retain(|&t| t != query);
+            if !request.tries.is_empty() {
+                return; // A hedge found no replica; the query still waits for its other tries.
+            }
+            h.requests.remove(key);
         }
+        self.recorder.query(slot.issued, None, None);
     }
 
     fn dispatch(&mut self, c: u32, query: u64, replica: ReplicaId) {
         let now = self.now;
+        let Some(replica) = self.untried(c, query, replica) else {
+            self.no_replica(c, query);
+            return;
+        };
+        debug_assert!(
+            self.clients[c as usize]
+                .queries
+                .get(query)
+                .and_then(|s| s.request)
+                .and_then(|k| self.clients[c as usize].hedging.as_ref()?.requests.get(k))
+                .is_none_or(|r| !r.tried.contains(&replica.0)),
+            "a hedge never goes to a replica its query already tried"
+        );
         let client = &mut self.clients[c as usize];
         let Some(slot) = client.queries.get_mut(query) else {
             return;
         };
         slot.replica = replica.0;
         slot.dispatched = Some(now);
-        let issued = slot.issued;
+        let (issued, request) = (slot.issued, slot.request);
         client.policy.on_dispatch(replica, QueryId(query), now);
         let at = now + self.delay(false);
         self.queue.push(
@@ -154,12 +243,22 @@ impl Sim<'_> {
                 query,
             },
         );
+        // Without hedging a query's deadline follows its one try; with hedging it belongs to
+        // the request and is set when its first try goes out.
+        let deadline_key = match request {
+            None => Some(query),
+            Some(key) => self.note_try_sent(c, key, replica),
+        };
         if let Some(deadline) = self.compiled.scenario.clients.deadline
+            && let Some(key) = deadline_key
             && let Some(at) = self.clients[c as usize]
                 .deadlines
-                .push(issued + deadline, query)
+                .push(issued + deadline, key)
         {
             self.queue.push(at, Event::Deadline(c));
+        }
+        if let Some(key) = request {
+            self.arm_hedge(c, key);
         }
     }
 
@@ -167,6 +266,10 @@ impl Sim<'_> {
     fn complete(&mut self, c: u32, query: u64, outcome: Outcome) {
         let now = self.now;
         let client = &mut self.clients[c as usize];
+        if let Some(key) = client.queries.get(query).and_then(|s| s.request) {
+            self.complete_try(c, key, query, outcome);
+            return;
+        }
         let Some(slot) = client.queries.remove(query) else {
             return;
         };
@@ -205,12 +308,21 @@ impl Sim<'_> {
         let mut due = std::mem::take(&mut self.expired);
         let client = &mut self.clients[c as usize];
         let queries = &client.queries;
-        let waiting = |q: u64| queries.contains(q);
+        let requests = client.hedging.as_ref().map(|h| &h.requests);
+        let waiting = |key: u64| match requests {
+            Some(requests) => requests.contains(key),
+            None => queries.contains(key),
+        };
         if let Some(at) = client.deadlines.pop_due(self.now, &mut due, waiting) {
             self.queue.push(at, Event::Deadline(c));
         }
-        for &query in &due {
-            self.on_deadline(c, query);
+        let hedging = client.hedging.is_some();
+        for &key in &due {
+            if hedging {
+                self.on_request_deadline(c, key);
+            } else {
+                self.on_deadline(c, key);
+            }
         }
         due.clear();
         self.expired = due;
@@ -221,7 +333,7 @@ impl Sim<'_> {
             return;
         };
         if let Some(server_slot) = slot.server_slot {
-            self.cancel_at_server(slot.replica, server_slot, c, query);
+            self.cancel_at_server(slot.replica, server_slot, c, query, Outcome::Timeout);
         }
         self.complete(c, query, Outcome::Timeout);
     }
@@ -251,6 +363,7 @@ impl Sim<'_> {
             let client = &mut self.clients[c as usize];
             let id = client.probes.insert(PendingProbe {
                 request: probe,
+                sent: now,
                 reply_delay: back,
                 report: None,
             });
@@ -343,6 +456,27 @@ impl Sim<'_> {
         }
         due.clear();
         self.expired = due;
+    }
+
+    /// Probe `probe` reached a replica that cannot answer it: `refused` (its process is
+    /// down: the client learns it when the refusal comes back) or unreachable (the client
+    /// learns it at the probe timeout).
+    pub(super) fn probe_unanswered(&mut self, c: u32, probe: u64, refused: bool) {
+        let now = self.now;
+        let client = &self.clients[c as usize];
+        let Some(entry) = client.probes.get(probe) else {
+            return;
+        };
+        let at = match (refused, client.policy.probe_timeout()) {
+            (false, Some(timeout)) => (entry.sent + timeout).max(now),
+            _ => now + entry.reply_delay,
+        };
+        self.queue.push(at, Event::ProbeFailed { client: c, probe });
+    }
+
+    /// The client learns that a probe failed (see [`Sim::probe_unanswered`]).
+    pub(super) fn on_probe_failed(&mut self, c: u32, probe: u64) {
+        self.on_probe_timeout(c, probe);
     }
 
     fn on_probe_timeout(&mut self, c: u32, probe: u64) {

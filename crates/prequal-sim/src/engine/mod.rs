@@ -15,6 +15,13 @@
 //! utilisation) or `on_probe_failure` when `probe_timeout` passes first; and it wakes the
 //! policy at `poll_timeout` with `handle_timeout`.
 //!
+//! With hedging on (`[clients.hedge]`, or a contender's `hedge`), each client also owns a
+//! [`prequal_core::Hedger`]: a query's tries share one request, the hedger says when to send
+//! another try (to a replica the query has not tried), the first success wins and the other
+//! tries are cancelled at their replicas and reported to the policy (`client.rs`). Fault
+//! episodes (`black-hole`, `host-down`, `killed`) act on queries and probes as they reach a
+//! replica (`server.rs`). Without hedging, no event, draw or report byte changes.
+//!
 //! Randomness is split so contenders face the same world: each replica's antagonists draw from
 //! their own stream seeded by the scenario seed and the replica index, untouched by traffic.
 
@@ -26,7 +33,7 @@ mod wakes;
 
 use std::time::Duration;
 
-use prequal_core::{PolicyConfig, ReplicaChange, ReplicaId, Time};
+use prequal_core::{HedgeConfig, Hedger, PolicyConfig, ReplicaChange, ReplicaId, Time};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use serde::Serialize;
@@ -50,6 +57,14 @@ pub enum SimError {
         /// Why.
         source: prequal_core::ConfigError,
     },
+    /// The hedging config was rejected by the core.
+    #[error("contender {name}: {source}")]
+    Hedge {
+        /// The contender's label.
+        name: String,
+        /// Why.
+        source: prequal_core::BlockConfigError,
+    },
     /// A histogram could not be created.
     #[error("histogram: {0}")]
     Histogram(#[from] hdrhistogram::CreationError),
@@ -63,6 +78,28 @@ pub struct RunOutput {
     /// Everything measured.
     #[serde(flatten)]
     pub measured: Measured,
+    /// What hedging did, summed over the clients (absent when the run did not hedge).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hedging: Option<HedgeSummary>,
+}
+
+/// Hedging's cost and benefit in one run, summed over the clients.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct HedgeSummary {
+    /// Queries whose first try was sent.
+    pub queries: u64,
+    /// Tries sent to replicas: first tries plus hedges.
+    pub tries: u64,
+    /// Hedges sent.
+    pub sent: u64,
+    /// Queries whose response came from a hedge.
+    pub won: u64,
+    /// Hedges due but refused by the budget.
+    pub refused: u64,
+    /// Tries per query (1 = no extra load).
+    pub tries_per_query: f64,
+    /// Extra requests caused by hedging, percent of queries.
+    pub extra_pct: f64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -98,6 +135,16 @@ enum Event {
     ProbeTimeout(u32),
     Timer(u32),
     Tick,
+    /// A probe's replica cannot answer (down or refusing): the client learns it now.
+    ProbeFailed {
+        client: u32,
+        probe: u64,
+    },
+    /// Time to ask the client's hedger about one of its requests again.
+    Hedge {
+        client: u32,
+        request: u64,
+    },
 }
 
 /// A seed for component `tag`, index `index`, derived from the scenario seed (SplitMix64).
@@ -131,47 +178,33 @@ struct Sim<'a> {
     events: u64,
 }
 
-/// Runs `contender` through the scenario with every load level multiplied by `load_factor`.
+/// Runs `contender` through the scenario with every load level multiplied by `load_factor`,
+/// hedging as `[clients.hedge]` says.
 pub fn run(
     compiled: &Compiled,
     contender: &PolicyConfig,
     load_factor: f64,
 ) -> Result<RunOutput, SimError> {
-    let mut sim = Sim::new(compiled, contender, load_factor)?;
+    let hedge = compiled.scenario.clients.hedge.as_ref();
+    run_with_hedge(compiled, contender, hedge, load_factor)
+}
+
+/// Like [`run`], with `hedge` (one [`prequal_core::Hedger`] per client) in place of the
+/// scenario's `[clients.hedge]`; None or `enabled = false` for no hedging.
+pub fn run_with_hedge(
+    compiled: &Compiled,
+    contender: &PolicyConfig,
+    hedge: Option<&HedgeConfig>,
+    load_factor: f64,
+) -> Result<RunOutput, SimError> {
+    let hedge = hedge.filter(|h| h.enabled);
+    let mut sim = Sim::new(compiled, contender, hedge, load_factor)?;
     sim.start();
-    loop {
-        // A wake-up due no later than the next queued event goes first: completions at an
-        // instant are handled before anything else that happens then.
-        let queued = sim.queue.peek_time();
-        let wake = sim
-            .wakes
-            .peek()
-            .filter(|&(at, _)| queued.is_none_or(|q| at <= q));
-        if let Some((at, s)) = wake {
-            if at > sim.horizon {
-                break;
-            }
-            sim.now = at;
-            sim.events += 1;
-            // The wake-up stays in the heap: handling it always ends in `finish_cpu_jobs`,
-            // which moves the replica's one wake-up to its next completion or disarms it.
-            sim.on_cpu_wake(s);
-            continue;
-        }
-        match queued {
-            Some(at) if at <= sim.horizon => {}
-            _ => break,
-        }
-        let Some((at, event)) = sim.queue.pop() else {
-            break;
-        };
-        sim.now = at;
-        sim.events += 1;
-        sim.handle(event);
-    }
+    sim.drive();
     Ok(RunOutput {
         events: sim.events,
         measured: sim.recorder.finish(),
+        hedging: sim.hedge_summary(),
     })
 }
 
@@ -179,6 +212,7 @@ impl<'a> Sim<'a> {
     fn new(
         compiled: &'a Compiled,
         contender: &PolicyConfig,
+        hedge: Option<&HedgeConfig>,
         load_factor: f64,
     ) -> Result<Self, SimError> {
         let sc = &compiled.scenario;
@@ -189,9 +223,17 @@ impl<'a> Sim<'a> {
                 name: contender.name().to_string(),
                 source,
             })?;
+            let hedger = match hedge {
+                Some(h) => Some(Hedger::new(h).map_err(|e| SimError::Hedge {
+                    name: contender.name().to_string(),
+                    source: e,
+                })?),
+                None => None,
+            };
             clients.push(Client::new(
                 policy,
                 SmallRng::seed_from_u64(derive_seed(seed, 1, i.into())),
+                hedger,
             ));
         }
         let servers: Vec<Server> = (0..sc.servers.count)
@@ -227,6 +269,40 @@ impl<'a> Sim<'a> {
             expired: Vec::new(),
             events: 0,
         })
+    }
+
+    /// Handles events until the horizon.
+    fn drive(&mut self) {
+        loop {
+            // A wake-up due no later than the next queued event goes first: completions at an
+            // instant are handled before anything else that happens then.
+            let queued = self.queue.peek_time();
+            let wake = self
+                .wakes
+                .peek()
+                .filter(|&(at, _)| queued.is_none_or(|q| at <= q));
+            if let Some((at, s)) = wake {
+                if at > self.horizon {
+                    break;
+                }
+                self.now = at;
+                self.events += 1;
+                // The wake-up stays in the heap: handling it always ends in `finish_cpu_jobs`,
+                // which moves the replica's one wake-up to its next completion or disarms it.
+                self.on_cpu_wake(s);
+                continue;
+            }
+            match queued {
+                Some(at) if at <= self.horizon => {}
+                _ => break,
+            }
+            let Some((at, event)) = self.queue.pop() else {
+                break;
+            };
+            self.now = at;
+            self.events += 1;
+            self.handle(event);
+        }
     }
 
     fn start(&mut self) {
@@ -276,7 +352,31 @@ impl<'a> Sim<'a> {
             Event::ProbeTimeout(c) => self.on_probe_timeouts(c),
             Event::Timer(c) => self.on_timer(c),
             Event::Tick => self.on_tick(),
+            Event::Hedge { client, request } => self.on_hedge_due(client, request),
+            Event::ProbeFailed { client, probe } => self.on_probe_failed(client, probe),
         }
+    }
+
+    /// Hedging's counters summed over the clients; None when they do not hedge.
+    fn hedge_summary(&self) -> Option<HedgeSummary> {
+        let mut sum = HedgeSummary::default();
+        let mut any = false;
+        for (stats, tries) in self.clients.iter().filter_map(|c| c.hedge_stats()) {
+            any = true;
+            sum.queries += stats.requests;
+            sum.tries += tries;
+            sum.sent += stats.sent;
+            sum.won += stats.won;
+            sum.refused += stats.refused;
+        }
+        if !any {
+            return None;
+        }
+        if sum.queries > 0 {
+            sum.tries_per_query = sum.tries as f64 / sum.queries as f64;
+            sum.extra_pct = (sum.tries_per_query - 1.0) * 100.0;
+        }
+        Some(sum)
     }
 
     /// One-way network delay drawn from `dist` (zero when the scenario sets none).
@@ -298,3 +398,6 @@ impl<'a> Sim<'a> {
             .map_or(0.0, |p| p.qps_at(now) * self.load_factor)
     }
 }
+
+#[cfg(test)]
+mod tests;

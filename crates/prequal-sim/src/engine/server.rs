@@ -7,7 +7,7 @@ use rand::rngs::SmallRng;
 
 use super::{Event, Sim};
 use crate::hash::IdMap;
-use crate::model::{Admission, JobId, ReplicaModel};
+use crate::model::{Admission, Fault, JobId, ReplicaModel};
 use crate::scenario::Compiled;
 
 /// A query being served.
@@ -32,6 +32,8 @@ pub(super) struct Server {
     by_cpu: IdMap<JobId, u32>,
     /// (time, busy core-ns) at the last two one-second ticks, older first.
     marks: [(Time, f64); 2],
+    /// Killed by a `fault = "killed"` episode and not restarted yet.
+    killed: bool,
 }
 
 impl Server {
@@ -48,6 +50,7 @@ impl Server {
             free: Vec::new(),
             by_cpu: IdMap::default(),
             marks: [(Time::ZERO, 0.0); 2],
+            killed: false,
         }
     }
 
@@ -103,6 +106,10 @@ impl Sim<'_> {
             return; // Timed out on the way: the deadline travels with the query.
         }
         let now = self.now;
+        if let Some(fault) = self.servers[s as usize].model.effects(now).fault {
+            self.query_meets_fault(c, s, query, fault);
+            return;
+        }
         let server = &mut self.servers[s as usize];
         let arrival = server.tracker.on_arrival(now);
         self.recorder.arrival(now, s as usize, arrival.rif);
@@ -147,6 +154,72 @@ impl Sim<'_> {
             .is_some_and(|j| j.live && j.client == c && j.query == query);
         if matches {
             self.respond(s, slot);
+        }
+    }
+
+    /// A query arrives at a replica under a whole-replica fault (see [`Fault`]).
+    fn query_meets_fault(&mut self, c: u32, s: u32, query: u64, fault: Fault) {
+        let now = self.now;
+        match fault {
+            // Unreachable: the query vanishes; only its client's deadline or a hedge ends it.
+            Fault::HostDown => {}
+            // Connection refused: an error comes back after the return trip, no work done.
+            Fault::Killed => {
+                let at = now + self.delay(false);
+                self.queue.push(
+                    at,
+                    Event::Response {
+                        client: c,
+                        query,
+                        error: true,
+                    },
+                );
+            }
+            // Accepted and held forever: the tracker counts it in flight until it is cancelled.
+            Fault::BlackHole => {
+                let server = &mut self.servers[s as usize];
+                let arrival = server.tracker.on_arrival(now);
+                self.recorder.arrival(now, s as usize, arrival.rif);
+                let slot = server.insert(Job {
+                    live: true,
+                    client: c,
+                    query,
+                    arrival,
+                    error: false,
+                    cpu: None,
+                });
+                self.note_server_slot(c, query, slot);
+            }
+        }
+    }
+
+    /// A `killed` fault starts at `now`: every query in flight fails (connection reset) and
+    /// the process's state, its load tracker included, is gone.
+    fn kill(&mut self, s: u32) {
+        let now = self.now;
+        let estimator = self.compiled.scenario.estimator;
+        let server = &mut self.servers[s as usize];
+        let mut reset = Vec::new();
+        for slot in 0..server.jobs.len() as u32 {
+            if let Some(job) = server.take(slot) {
+                if let (Some(id), Some(cpu)) = (job.cpu, server.model.cpu_mut()) {
+                    server.by_cpu.remove(&id);
+                    cpu.cancel(now, id, &mut self.done);
+                }
+                reset.push((job.client, job.query));
+            }
+        }
+        server.tracker = LoadTracker::new(estimator);
+        for (client, query) in reset {
+            let at = now + self.delay(false);
+            self.queue.push(
+                at,
+                Event::Response {
+                    client,
+                    query,
+                    error: true,
+                },
+            );
         }
     }
 
@@ -210,8 +283,16 @@ impl Sim<'_> {
         self.finish_cpu_jobs(s);
     }
 
-    /// Drops the work of a query whose client gave up, so it frees the replica.
-    pub(super) fn cancel_at_server(&mut self, s: u32, slot: u32, c: u32, query: u64) {
+    /// Drops the work of a query whose client gave up (`Timeout`) or took another try's
+    /// response (`Cancelled`), so it frees the replica.
+    pub(super) fn cancel_at_server(
+        &mut self,
+        s: u32,
+        slot: u32,
+        c: u32,
+        query: u64,
+        outcome: Outcome,
+    ) {
         let now = self.now;
         let server = &mut self.servers[s as usize];
         let matches = server
@@ -224,7 +305,11 @@ impl Sim<'_> {
         let Some(job) = server.take(slot) else {
             return;
         };
-        server.tracker.on_finish(job.arrival, Outcome::Timeout, now);
+        if outcome == Outcome::Cancelled {
+            server.tracker.on_abandon(job.arrival, now);
+        } else {
+            server.tracker.on_finish(job.arrival, outcome, now);
+        }
         if let (Some(id), Some(cpu)) = (job.cpu, server.model.cpu_mut()) {
             server.by_cpu.remove(&id);
             cpu.cancel(now, id, &mut self.done);
@@ -246,12 +331,22 @@ impl Sim<'_> {
         server
             .model
             .on_change(now, &mut server.antagonist_rng, &mut self.done);
+        let killed = server.model.effects(now).fault == Some(Fault::Killed);
+        let was_killed = std::mem::replace(&mut server.killed, killed);
+        if killed && !was_killed {
+            self.kill(s);
+        }
         self.finish_cpu_jobs(s);
         self.schedule_change(s);
     }
 
     pub(super) fn on_probe_at_server(&mut self, c: u32, s: u32, probe: u64) {
         let now = self.now;
+        match self.servers[s as usize].model.effects(now).fault {
+            Some(Fault::HostDown) => return self.probe_unanswered(c, probe, false),
+            Some(Fault::Killed) => return self.probe_unanswered(c, probe, true),
+            Some(Fault::BlackHole) | None => {}
+        }
         let server = &mut self.servers[s as usize];
         if let Some(cpu) = server.model.cpu_mut() {
             cpu.advance(now, &mut self.done);

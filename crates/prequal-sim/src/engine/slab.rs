@@ -74,6 +74,12 @@ impl<T> Slab<T> {
         self.free.push(index as u32);
         Some(value)
     }
+
+    /// True when no slot holds a value.
+    #[cfg(test)]
+    pub(super) fn is_empty(&self) -> bool {
+        self.slots.iter().all(|(_, value)| value.is_none())
+    }
 }
 
 #[cfg(test)]

@@ -10,9 +10,13 @@
 //! | `error_rate` | this share of queries fail (0..=1) |
 //! | `error_latency` | failed queries answer after this long instead of after normal service (fast errors) |
 //! | `capacity_loss` | this share of the replica's cores is gone (0..=1; capacity model) |
+//! | `fault` | the replica fails as a whole: `"black-hole"`, `"host-down"` or `"killed"` ([`Fault`]) |
 //!
 //! Overlapping episodes combine: factors multiply, error rates combine as independent events,
-//! capacity losses compound, and the latest-starting pin wins.
+//! capacity losses compound, and the latest-starting pin and fault win.
+//!
+//! A fast-5xx sinkhole needs no fault of its own: `error_rate = 1.0` with a short
+//! `error_latency`. A slow replica is `slow` or `latency`.
 
 use std::fmt;
 use std::time::Duration;
@@ -127,6 +131,24 @@ impl<'de> Deserialize<'de> for ServerSet {
     }
 }
 
+/// A whole-replica fault, as seen from the network.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fault {
+    /// The application accepts queries and never answers them (a deadlock, a stopped
+    /// worker pool): its load tracker sees them arrive and stay, so its RIF grows; probes are
+    /// still answered. Queries end only when their client gives up or cancels them.
+    BlackHole,
+    /// The host is unreachable: queries and probes vanish without an answer (the client's
+    /// deadline or probe timeout ends them). The replica's tracker sees nothing.
+    HostDown,
+    /// The process is killed at the start and restarted at the end: queries in flight at the
+    /// start fail (connection reset), queries and probes meanwhile fail fast (connection
+    /// refused, after one network round trip), and the restarted replica's tracker starts
+    /// empty.
+    Killed,
+}
+
 /// One episode as written in a scenario (`[[servers.episodes]]`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -154,6 +176,9 @@ pub struct EpisodeSpec {
     /// Share of cores lost.
     #[serde(default)]
     pub capacity_loss: Option<f64>,
+    /// A whole-replica fault.
+    #[serde(default)]
+    pub fault: Option<Fault>,
 }
 
 fn check_share(key: String, v: Option<f64>) -> Result<(), ModelError> {
@@ -190,10 +215,11 @@ impl EpisodeSpec {
             && self.latency.is_none()
             && self.error_rate.is_none()
             && self.capacity_loss.is_none()
+            && self.fault.is_none()
         {
             return Err(ModelError::invalid(
                 key,
-                "has no effect; set one of slow, latency, error_rate, capacity_loss",
+                "has no effect; set one of slow, latency, error_rate, capacity_loss, fault",
             ));
         }
         Ok(())
@@ -218,6 +244,8 @@ pub struct Effects {
     pub error_latency: Option<Duration>,
     /// Share of cores lost.
     pub capacity_loss: f64,
+    /// A whole-replica fault, if any.
+    pub fault: Option<Fault>,
 }
 
 impl Default for Effects {
@@ -228,6 +256,7 @@ impl Default for Effects {
             error_rate: 0.0,
             error_latency: None,
             capacity_loss: 0.0,
+            fault: None,
         }
     }
 }
@@ -244,6 +273,7 @@ impl Effects {
             ok *= 1.0 - ep.error_rate.unwrap_or(0.0);
             fx.error_latency = ep.error_latency.or(fx.error_latency);
             keep *= 1.0 - ep.capacity_loss.unwrap_or(0.0);
+            fx.fault = ep.fault.or(fx.fault);
         }
         fx.error_rate = 1.0 - ok;
         fx.capacity_loss = 1.0 - keep;
@@ -286,6 +316,23 @@ mod tests {
         assert_eq!(fx.latency, Some(Duration::from_secs(2)));
         assert!((fx.error_rate - 0.75).abs() < 1e-12);
         assert_eq!(Effects::at([&ep], Time::from_secs(45)), Effects::default());
+    }
+
+    #[test]
+    fn faults_parse_and_are_active_only_in_their_span() {
+        let ep: EpisodeSpec =
+            toml::from_str("servers = [2]\nstart = \"1s\"\nend = \"3s\"\nfault = \"host-down\"")
+                .unwrap();
+        ep.validate("e", 3).unwrap();
+        assert_eq!(
+            Effects::at([&ep], Time::from_secs(2)).fault,
+            Some(Fault::HostDown)
+        );
+        assert_eq!(Effects::at([&ep], Time::from_secs(3)).fault, None);
+        let bad = toml::from_str::<EpisodeSpec>(
+            "servers = [2]\nstart = \"1s\"\nend = \"3s\"\nfault = \"sigstop\"",
+        );
+        assert!(bad.unwrap_err().to_string().contains("sigstop"));
     }
 
     #[test]

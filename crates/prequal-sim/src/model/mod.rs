@@ -6,7 +6,7 @@
 //! - [`cpu`]: processor sharing of a replica's cores among the queries in flight, as a state
 //!   machine driven by `now` (`arrive`, `next_completion`, `advance`, `set_cores`, `cancel`).
 //! - [`episode`]: things that happen to some replicas between two times (slow, pinned latency,
-//!   errors, capacity loss) and how overlapping episodes combine.
+//!   errors, capacity loss, whole-replica faults) and how overlapping episodes combine.
 //! - [`server`]: the scenario's `[servers]` section and [`server::ReplicaModel`], one
 //!   replica's model: speed, antagonists, episodes, and the latency or capacity model.
 //!
@@ -21,7 +21,7 @@ pub mod server;
 
 pub use cpu::{CpuModel, JobId};
 pub use dist::{DistSpec, Distribution, TraceLoader, parse_trace};
-pub use episode::{Effects, EpisodeSpec, ServerSet};
+pub use episode::{Effects, EpisodeSpec, Fault, ServerSet};
 pub use server::{Admission, AntagonistSpec, CapacitySpec, ReplicaModel, ServersSpec, SpeedSpec};
 
 /// `v.round() as u64` (halves away from zero, negative and NaN to 0, saturating), without the

@@ -127,3 +127,37 @@ fn shipped_scenarios_round_trip_through_toml() {
     }
     assert!(seen >= 8, "found {seen} scenarios in {}", dir.display());
 }
+
+#[test]
+fn hedging_is_set_per_contender_or_for_all_clients() {
+    let text = BRR.replace(
+        "contenders = [\"round-robin\", \"least-loaded\", \"peak-ewma\", \"prequal\"]",
+        "contenders = [\"prequal\", { name = \"prequal\", q_rif = 0.5, hedge = { delay = \"200ms\" } }]",
+    );
+    let c = parse(&text).unwrap();
+    assert_eq!(c.scenario.contenders[0].hedge, None);
+    let hedge = c.scenario.contenders[1].hedge.as_ref().unwrap();
+    assert_eq!(hedge.delay, Some(Duration::from_millis(200)));
+    assert_eq!(c.scenario.contenders[1].policy.name(), "prequal");
+    let c = parse(&BRR.replace("[clients]", "[clients.hedge]\nratio = 0.1\n[clients]")).unwrap();
+    assert_eq!(c.scenario.clients.hedge.as_ref().unwrap().ratio, 0.1);
+    let err =
+        parse(&BRR.replace("[clients]", "[clients.hedge]\nratio = -1.0\n[clients]")).unwrap_err();
+    assert!(err.contains("clients.hedge.ratio"), "{err}");
+    let err = parse(&text.replace("delay = \"200ms\"", "dealy = \"200ms\"")).unwrap_err();
+    assert!(err.contains("dealy") && err.contains("contenders"), "{err}");
+}
+
+#[test]
+fn shipped_faults_parses_with_one_hedged_contender() {
+    let c = parse(include_str!("../../../../scenarios/faults.toml")).unwrap();
+    assert_eq!(c.scenario.servers.count, 10);
+    assert_eq!(c.scenario.servers.episodes.len(), 4);
+    let hedged: Vec<_> = c
+        .scenario
+        .contenders
+        .iter()
+        .map(|c| c.hedge.is_some())
+        .collect();
+    assert_eq!(hedged, [false, false, false, false, true]);
+}

@@ -134,12 +134,33 @@ pub struct Plan {
 pub fn plan(compiled: &Compiled, options: &Options) -> Result<Plan, ExperimentError> {
     let sc = &compiled.scenario;
     let ex = &sc.experiment;
+    // Whole-replica faults are simulated only: refuse rather than run live without them.
+    if let Some(i) = sc.servers.episodes.iter().position(|e| e.fault.is_some()) {
+        return Err(ExperimentError::Scenario {
+            key: format!("servers.episodes[{i}].fault"),
+            message: "fault episodes (black-hole, host-down, killed) are simulated only; the \
+                      live backend does not carry them out yet (use `prequal sim`)"
+                .into(),
+        });
+    }
     let mut all = Vec::new();
-    for policy in &sc.contenders {
-        all.push(Contender::prequal(
-            prequal_sim::report::label_of(policy, None),
-            policy.clone(),
-        ));
+    // Hedging is simulated only until the proxy carries it out: such contenders are skipped.
+    let mut hedged = Vec::new();
+    for entry in &sc.contenders {
+        let label = prequal_sim::report::label_of(&entry.policy, None);
+        if entry
+            .hedge
+            .as_ref()
+            .or(sc.clients.hedge.as_ref())
+            .is_some_and(|h| h.enabled)
+        {
+            hedged.push(Skipped {
+                label: format!("{label} +hedge"),
+                reason: "hedging is simulated only (the proxy does not hedge yet)".into(),
+            });
+            continue;
+        }
+        all.push(Contender::prequal(label, entry.policy.clone()));
     }
     let haproxy = ex
         .haproxy
@@ -186,7 +207,7 @@ pub fn plan(compiled: &Compiled, options: &Options) -> Result<Plan, ExperimentEr
         });
     }
     let mut contenders = Vec::new();
-    let mut skipped = Vec::new();
+    let mut skipped = hedged;
     for c in all {
         if !options.only.is_empty() && !options.only.contains(&c.label) {
             continue;
@@ -572,6 +593,7 @@ fn run_one(
         output: prequal_sim::engine::RunOutput {
             events: 0,
             measured: load.measured,
+            hedging: None,
         },
         predicted: None,
     };

@@ -1,0 +1,291 @@
+//! Hedging, the client side of [`prequal_core::hedge`]: a query's tries share one
+//! [`super::Request`]; the hedger says when another try goes out (to a replica the query has not
+//! tried), the first success wins, and the other tries are cancelled at their replicas and
+//! reported to the policy.
+
+use prequal_core::{Completion, HedgeDecision, Outcome, Pick, Query, QueryId, ReplicaId};
+use rand::Rng as _;
+
+use super::Slot;
+use crate::engine::{Event, Sim};
+
+/// Hedging: the client side of [`prequal_core::hedge`]. A query's tries share one `Request`;
+/// the first response wins, the other tries are cancelled at their replicas and reported to
+/// the policy as [`Outcome::Cancelled`]; an error waits for the other tries still out.
+impl Sim<'_> {
+    /// `replica` for `query`, unless the query already tried it: then another replica it has
+    /// not tried, uniformly at random (as the proxy does), or None when it tried them all.
+    pub(in crate::engine) fn untried(
+        &mut self,
+        c: u32,
+        query: u64,
+        replica: ReplicaId,
+    ) -> Option<ReplicaId> {
+        let count = self.servers.len() as u32;
+        let client = &mut self.clients[c as usize];
+        let (Some(h), Some(key)) = (
+            &client.hedging,
+            client.queries.get(query).and_then(|s| s.request),
+        ) else {
+            return Some(replica);
+        };
+        let tried = &h.requests.get(key)?.tried;
+        if !tried.contains(&replica.0) {
+            return Some(replica);
+        }
+        let left = count.saturating_sub(tried.len() as u32);
+        if left == 0 {
+            return None;
+        }
+        let nth = client.rng.random_range(0..left) as usize;
+        (0..count)
+            .filter(|r| !tried.contains(r))
+            .nth(nth)
+            .map(ReplicaId)
+    }
+
+    /// A try of request `key` went to `replica`; returns the deadline key for a first try.
+    pub(in crate::engine) fn note_try_sent(
+        &mut self,
+        c: u32,
+        key: u64,
+        replica: ReplicaId,
+    ) -> Option<u64> {
+        let now = self.now;
+        let h = self.clients[c as usize].hedging.as_mut()?;
+        let request = h.requests.get_mut(key)?;
+        request.tried.push(replica.0);
+        h.tries += 1;
+        if request.first_sent.is_some() {
+            return None;
+        }
+        request.first_sent = Some(now);
+        h.hedger.on_request(now);
+        Some(key)
+    }
+
+    /// Asks the hedger about request `key`, unless a wake-up for it is already armed.
+    pub(in crate::engine) fn arm_hedge(&mut self, c: u32, key: u64) {
+        let now = self.now;
+        let Some(h) = self.clients[c as usize].hedging.as_mut() else {
+            return;
+        };
+        let Some(request) = h.requests.get_mut(key) else {
+            return;
+        };
+        let Some(first_sent) = request.first_sent else {
+            return;
+        };
+        if request.hedge_at.is_some() {
+            return;
+        }
+        match h.hedger.poll_hedge(first_sent, request.hedges, now) {
+            HedgeDecision::Never => {}
+            HedgeDecision::At(at) => {
+                request.hedge_at = Some(at);
+                self.queue.push(
+                    at,
+                    Event::Hedge {
+                        client: c,
+                        request: key,
+                    },
+                );
+            }
+            HedgeDecision::Now => {
+                request.hedges += 1;
+                self.send_hedge(c, key);
+            }
+        }
+    }
+
+    /// A hedge wake-up came due.
+    pub(in crate::engine) fn on_hedge_due(&mut self, c: u32, key: u64) {
+        let now = self.now;
+        let Some(h) = self.clients[c as usize].hedging.as_mut() else {
+            return;
+        };
+        match h.requests.get_mut(key) {
+            Some(request) if request.hedge_at == Some(now) => request.hedge_at = None,
+            _ => return, // Settled, or re-armed for another time.
+        }
+        self.arm_hedge(c, key);
+        self.service_client(c);
+    }
+
+    /// Sends one more try of request `key`: the policy picks, a replica already tried is
+    /// replaced in `dispatch`.
+    pub(in crate::engine) fn send_hedge(&mut self, c: u32, key: u64) {
+        let now = self.now;
+        let client = &mut self.clients[c as usize];
+        let Some(issued) = client
+            .hedging
+            .as_ref()
+            .and_then(|h| h.requests.get(key))
+            .map(|r| r.issued)
+        else {
+            return;
+        };
+        let query = client.queries.insert(Slot {
+            replica: 0,
+            issued,
+            dispatched: None,
+            server_slot: None,
+            report: None,
+            request: Some(key),
+        });
+        if let Some(request) = client
+            .hedging
+            .as_mut()
+            .and_then(|h| h.requests.get_mut(key))
+        {
+            request.tries.push(query);
+        }
+        let q = Query {
+            id: QueryId(query),
+            hint: None,
+        };
+        match client.policy.pick(&q, now, &mut client.rng) {
+            Pick::Replica(r) => self.dispatch(c, query, r),
+            Pick::Pending => {}
+            Pick::NoReplica => self.no_replica(c, query),
+        }
+    }
+
+    /// Ends try `query` without a response: at its replica (which drops the work, as a real
+    /// server does when its client resets the stream) and for the policy, with `outcome`
+    /// (`Timeout` at the deadline; for a hedge's loser, the hedger's `loser_outcome`).
+    pub(in crate::engine) fn end_try(
+        &mut self,
+        c: u32,
+        query: u64,
+        outcome: Outcome,
+        deadline: bool,
+    ) {
+        let now = self.now;
+        let Some(slot) = self.clients[c as usize].queries.remove(query) else {
+            return;
+        };
+        if let Some(server_slot) = slot.server_slot {
+            // The replica sees a deadline as before, and a hedge's loser as abandoned.
+            let at_server = if deadline {
+                Outcome::Timeout
+            } else {
+                Outcome::Cancelled
+            };
+            self.cancel_at_server(slot.replica, server_slot, c, query, at_server);
+        }
+        if let Some(sent) = slot.dispatched {
+            let completion = Completion {
+                query: QueryId(query),
+                latency: now.saturating_since(sent),
+                outcome,
+            };
+            self.clients[c as usize]
+                .policy
+                .on_complete(ReplicaId(slot.replica), &completion, now);
+        }
+    }
+
+    /// Try `query` of request `key` got its response (`Success` or `Error`).
+    pub(in crate::engine) fn complete_try(
+        &mut self,
+        c: u32,
+        key: u64,
+        query: u64,
+        outcome: Outcome,
+    ) {
+        let now = self.now;
+        let client = &mut self.clients[c as usize];
+        let Some(slot) = client.queries.remove(query) else {
+            return;
+        };
+        let Some(sent) = slot.dispatched else {
+            return;
+        };
+        if let Some(report) = &slot.report {
+            client
+                .policy
+                .on_load_report(ReplicaId(slot.replica), report, now);
+        }
+        let completion = Completion {
+            query: QueryId(query),
+            latency: now.saturating_since(sent),
+            outcome,
+        };
+        client
+            .policy
+            .on_complete(ReplicaId(slot.replica), &completion, now);
+        let Some(h) = client.hedging.as_mut() else {
+            return;
+        };
+        let Some(request) = h.requests.get_mut(key) else {
+            return;
+        };
+        request.tries.retain(|&t| t != query);
+        if outcome == Outcome::Error {
+            // Another try may still succeed: wait for it; with none out, hedge at once if the
+            // hedger allows (gRPC's hedging on a non-fatal status), else the query fails.
+            let waiting = !request.tries.is_empty();
+            let hedge_now =
+                !waiting && h.hedger.poll_hedge_on_error(request.hedges, now) == HedgeDecision::Now;
+            request.hedges += u32::from(hedge_now);
+            if hedge_now {
+                self.send_hedge(c, key);
+            }
+            if waiting || hedge_now {
+                self.service_client(c);
+                return;
+            }
+        }
+        let Some(h) = self.clients[c as usize].hedging.as_mut() else {
+            return;
+        };
+        let Some(request) = h.requests.remove(key) else {
+            return;
+        };
+        if outcome == Outcome::Success {
+            // The winning try's own latency: a try stuck on a slow replica is replaced by its
+            // hedge's, so the delay stays that of replicas that answer.
+            h.hedger
+                .on_response(now.saturating_since(sent), query != request.first);
+        }
+        for &t in &request.tries {
+            let outcome = match self.clients[c as usize].queries.get(t) {
+                Some(Slot {
+                    dispatched: Some(at),
+                    ..
+                }) => self.clients[c as usize]
+                    .hedging
+                    .as_ref()
+                    .map_or(Outcome::Cancelled, |h| {
+                        h.hedger.loser_outcome(now.saturating_since(*at))
+                    }),
+                _ => Outcome::Cancelled,
+            };
+            self.end_try(c, t, outcome, false);
+        }
+        let latency = now.saturating_since(request.issued).as_nanos() as u64;
+        self.recorder
+            .query(request.issued, Some(latency), Some(outcome));
+        self.service_client(c);
+    }
+
+    /// Request `key` reached its deadline: every try still out times out.
+    pub(in crate::engine) fn on_request_deadline(&mut self, c: u32, key: u64) {
+        let now = self.now;
+        let Some(request) = self.clients[c as usize]
+            .hedging
+            .as_mut()
+            .and_then(|h| h.requests.remove(key))
+        else {
+            return;
+        };
+        for &t in &request.tries {
+            self.end_try(c, t, Outcome::Timeout, true);
+        }
+        let latency = now.saturating_since(request.issued).as_nanos() as u64;
+        self.recorder
+            .query(request.issued, Some(latency), Some(Outcome::Timeout));
+        self.service_client(c);
+    }
+}
