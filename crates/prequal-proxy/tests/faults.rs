@@ -5,36 +5,9 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use bytes::Bytes;
 use common::*;
-use http::Request;
-use http_body_util::{BodyExt, Full};
-
-/// Sends one GET and gives up after `patience`, as an impatient client does; `Some(status)` if
-/// the whole response came in time.
-async fn get_within(client: &TestClient, addr: SocketAddr, patience: Duration) -> Option<u16> {
-    let req = Request::get(format!("http://{addr}/work"))
-        .body(Full::new(Bytes::new()))
-        .unwrap();
-    let fut = async {
-        let resp = client.request(req).await.ok()?;
-        let status = resp.status().as_u16();
-        resp.into_body().collect().await.ok()?;
-        Some(status)
-    };
-    tokio::time::timeout(patience, fut).await.ok().flatten()
-}
-
-/// The sum of every sample line that contains all of `parts`.
-fn metric_sum(text: &str, parts: &[&str]) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#') && parts.iter().all(|p| l.contains(p)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
 
 async fn abandoned_tries_eject(proto: Proto) {
     let backends = futures_join(2).await;
@@ -51,7 +24,16 @@ async fn abandoned_tries_eject(proto: Proto) {
     backends[0].set_delay_ms(60_000);
     let mut answered = 0;
     for _ in 0..20 {
-        if get_within(&client, proxy.addr, Duration::from_millis(300)).await == Some(200) {
+        if send_within(
+            &client,
+            proxy.addr,
+            "GET",
+            Vec::new(),
+            Duration::from_millis(300),
+        )
+        .await
+            == Some(200)
+        {
             answered += 1;
         }
         // Lets the proxy see the client leave before the next request is picked for.
@@ -116,7 +98,14 @@ async fn quick_abandon_is_not_a_failure(proto: Proto) {
     // With nothing known yet, a try abandoned after 50 ms has not outlived a healthy one.
     for _ in 0..4 {
         assert_eq!(
-            get_within(&client, proxy.addr, Duration::from_millis(50)).await,
+            send_within(
+                &client,
+                proxy.addr,
+                "GET",
+                Vec::new(),
+                Duration::from_millis(50)
+            )
+            .await,
             None
         );
     }
@@ -134,7 +123,14 @@ async fn quick_abandon_is_not_a_failure(proto: Proto) {
         "{metrics}"
     );
     assert_eq!(
-        get_within(&client, proxy.addr, Duration::from_secs(2)).await,
+        send_within(
+            &client,
+            proxy.addr,
+            "GET",
+            Vec::new(),
+            Duration::from_secs(2)
+        )
+        .await,
         Some(200)
     );
 }

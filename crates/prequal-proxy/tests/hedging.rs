@@ -6,36 +6,9 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use bytes::Bytes;
 use common::*;
-use http::Request;
-use http_body_util::{BodyExt, Full};
-
-/// Sends one request with `body` and returns its status, or `None` if no whole answer came
-/// within `patience`.
-async fn send(
-    client: &TestClient,
-    addr: SocketAddr,
-    method: &str,
-    body: Vec<u8>,
-    patience: Duration,
-) -> Option<u16> {
-    let req = Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}/work"))
-        .body(Full::new(Bytes::from(body)))
-        .unwrap();
-    let fut = async {
-        let resp = client.request(req).await.ok()?;
-        let status = resp.status().as_u16();
-        resp.into_body().collect().await.ok()?;
-        Some(status)
-    };
-    tokio::time::timeout(patience, fut).await.ok().flatten()
-}
 
 async fn metrics(proxy: &Running) -> String {
     get(&client_again(Proto::H1), proxy.admin, "/metrics")
@@ -59,7 +32,7 @@ async fn stalled_replica_is_rescued(proto: Proto) {
     backends[0].set_delay_ms(60_000);
     // Eight requests stay within the hedge budget's floor (1 per second over 10 s).
     for i in 0..8 {
-        let status = send(
+        let status = send_within(
             &client,
             proxy.addr,
             "GET",
@@ -82,11 +55,7 @@ async fn stalled_replica_is_rescued(proto: Proto) {
     );
     assert!(counter(&text, "hedges_total") >= won);
     // The losing tries were cancelled, and the policy's in-flight counts went back to zero.
-    let cancelled: f64 = text
-        .lines()
-        .filter(|l| l.contains("upstream_tries_total") && l.contains("outcome=\"cancelled\""))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
+    let cancelled = metric_sum(&text, &["upstream_tries_total", "outcome=\"cancelled\""]);
     assert!(cancelled >= 4.0, "{text}");
     let view = get(&client_again(Proto::H1), proxy.admin, "/clusters/test")
         .await
@@ -115,12 +84,12 @@ async fn only_replayable_requests_are_hedged(proto: Proto) {
     let hits = || backends.iter().map(Backend::hits).sum::<u64>();
     // A GET waits 40 ms; its hedge goes out after 5 ms to the other replica.
     assert_eq!(
-        send(&client, proxy.addr, "GET", Vec::new(), patience).await,
+        send_within(&client, proxy.addr, "GET", Vec::new(), patience).await,
         Some(200)
     );
     // A PUT with a small body is idempotent and its body is kept: hedged too.
     assert_eq!(
-        send(&client, proxy.addr, "PUT", vec![7; 100], patience).await,
+        send_within(&client, proxy.addr, "PUT", vec![7; 100], patience).await,
         Some(200)
     );
     let hedged = counter(&metrics(&proxy).await, "hedges_total");
@@ -128,11 +97,11 @@ async fn only_replayable_requests_are_hedged(proto: Proto) {
     let before = hits();
     // A POST is not idempotent, and a PUT whose body is over the limit cannot be sent twice.
     assert_eq!(
-        send(&client, proxy.addr, "POST", vec![1; 10], patience).await,
+        send_within(&client, proxy.addr, "POST", vec![1; 10], patience).await,
         Some(200)
     );
     assert_eq!(
-        send(&client, proxy.addr, "PUT", vec![2; 4096], patience).await,
+        send_within(&client, proxy.addr, "PUT", vec![2; 4096], patience).await,
         Some(200)
     );
     assert_eq!(counter(&metrics(&proxy).await, "hedges_total"), hedged);

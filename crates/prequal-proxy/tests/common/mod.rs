@@ -314,6 +314,37 @@ pub async fn get(client: &TestClient, addr: SocketAddr, path: &str) -> (u16, Str
         .expect("request finished within the test guard")
 }
 
+/// Sends one request with `body` to `/work` and gives up after `patience`, as an impatient
+/// client does; `Some(status)` if the whole response came in time.
+pub async fn send_within(
+    client: &TestClient,
+    addr: SocketAddr,
+    method: &str,
+    body: Vec<u8>,
+    patience: Duration,
+) -> Option<u16> {
+    let req = Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}/work"))
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let fut = async {
+        let resp = client.request(req).await.ok()?;
+        let status = resp.status().as_u16();
+        resp.into_body().collect().await.ok()?;
+        Some(status)
+    };
+    tokio::time::timeout(patience, fut).await.ok().flatten()
+}
+
+/// The sum of every sample line that contains all of `parts`.
+pub fn metric_sum(text: &str, parts: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && parts.iter().all(|p| l.contains(p)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// Sends `n` GETs with `concurrency` at a time; returns how many got 200.
 pub async fn load(client: &TestClient, addr: SocketAddr, n: usize, concurrency: usize) -> usize {
     let next = Arc::new(AtomicU64::new(0));
