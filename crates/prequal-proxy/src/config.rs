@@ -95,6 +95,8 @@ pub struct ServerConfig {
     /// Data-plane threads, each a single-threaded runtime with its own upstream connection
     /// pools; accepted connections are dealt to them in turn. 0 means one per core. Default 0.
     pub worker_threads: usize,
+    /// Where the access log goes: `"stdout"` or a file path (appended to). Default none (off).
+    pub access_log: Option<PathBuf>,
 }
 
 impl ServerConfig {
@@ -115,6 +117,7 @@ impl Default for ServerConfig {
             max_body_bytes: 104_857_600,
             drain_timeout: Duration::from_secs(30),
             worker_threads: 0,
+            access_log: None,
         }
     }
 }

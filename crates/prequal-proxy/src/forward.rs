@@ -42,6 +42,7 @@ use hyper::body::Incoming;
 use prequal_core::{Outcome, ReplicaId};
 use prequal_server::protocol::{LOAD_HEADER, parse_reply};
 
+use crate::access_log::Served;
 use crate::body::{ProxyBody, Tracked, TryGuard, full, grpc_failed};
 use crate::cluster::{Chosen, Cluster, Strict};
 use crate::headers::{ClientHop, add_forwarding, strip_hop_by_hop};
@@ -152,10 +153,11 @@ pub async fn forward(
                 continue;
             }
         };
-        if let Step::Done(response) = step {
+        if let Step::Done(mut response) = step {
             if hedge {
                 cluster.metrics.hedges_won.inc();
             }
+            record_tries(&mut response, attempts, hedge);
             // Dropping the tries still in flight cancels them.
             return response;
         }
@@ -163,12 +165,24 @@ pub async fn forward(
         failure = Some(step);
     }
     match failure {
-        Some(step) => step.into_response(),
+        Some(step) => {
+            let mut response = step.into_response();
+            record_tries(&mut response, attempts, false);
+            response
+        }
         None if attempts == 0 => {
             local_response(StatusCode::SERVICE_UNAVAILABLE, "no replica available\n")
         }
         None => local_response(StatusCode::BAD_GATEWAY, "no try succeeded\n"),
     }
+}
+
+/// Notes on `response` how many tries were sent for it and whether a hedge answered, beside the
+/// replica [`relay`] named, for the access log.
+fn record_tries(response: &mut Response<ProxyBody>, tries: u32, hedged: bool) {
+    let served = response.extensions_mut().get_or_insert_default::<Served>();
+    served.tries = tries;
+    served.hedged = hedged;
 }
 
 /// One try, from sending its request to its response headers (or its failure), and whether
@@ -324,7 +338,13 @@ async fn one_try(
         }
         Ok(Ok(response)) => response,
     };
-    relay(response, guard)
+    let mut step = relay(response, guard);
+    let (Step::Done(response) | Step::Failed { response, .. }) = &mut step;
+    response.extensions_mut().insert(Served {
+        replica: Some(chosen.authority.to_string()),
+        ..Served::default()
+    });
+    step
 }
 
 /// Turns the replica's response into the client's: hop-by-hop headers out, body tracked so

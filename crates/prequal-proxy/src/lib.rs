@@ -29,7 +29,8 @@
 //! # }
 //! ```
 
-pub mod admin;
+pub mod access_log;
+mod admin;
 pub mod body;
 pub mod cluster;
 pub mod config;

@@ -29,6 +29,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::access_log::{AccessLog, Entry, REQUEST_ID, Served, ensure_request_id};
 use crate::body::ProxyBody;
 use crate::config::{ProxyConfig, ServerConfig};
 use crate::forward::{Limits, forward, local_response};
@@ -55,6 +56,14 @@ pub enum ProxyError {
     /// A cluster could not be built.
     #[error(transparent)]
     Build(#[from] crate::routing::BuildError),
+    /// The access log could not be opened.
+    #[error("cannot open the access log {path} (server.access_log): {source}")]
+    AccessLog {
+        /// The path.
+        path: std::path::PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
 }
 
 /// State shared by every connection, the admin listener and reloads.
@@ -65,6 +74,7 @@ pub struct Shared {
     pub metrics: Arc<Metrics>,
     epoch: Instant,
     draining: AtomicBool,
+    access_log: Option<AccessLog>,
 }
 
 impl Shared {
@@ -148,11 +158,21 @@ impl Proxy {
         let epoch = Instant::now();
         let metrics = Arc::new(Metrics::new());
         let routing = Routing::build(config, None, epoch, &metrics)?;
+        let access_log = match &config.server.access_log {
+            None => None,
+            Some(path) => Some(
+                AccessLog::open(path).map_err(|source| ProxyError::AccessLog {
+                    path: path.clone(),
+                    source,
+                })?,
+            ),
+        };
         let shared = Arc::new(Shared {
             routing: RwLock::new(Arc::new(routing)),
             metrics,
             epoch,
             draining: AtomicBool::new(false),
+            access_log,
         });
         Ok(Proxy {
             shared,
@@ -378,22 +398,62 @@ async fn log_end<E: std::fmt::Display>(connection: impl Future<Output = Result<(
 
 async fn handle(
     shared: Arc<Shared>,
-    request: Request<Incoming>,
+    mut request: Request<Incoming>,
     client: Arc<ClientHop>,
     limits: Limits,
 ) -> Result<Response<ProxyBody>, Infallible> {
-    let routing = shared.routing();
-    let Some(cluster) = routing.route(&request) else {
-        return Ok(local_response(StatusCode::NOT_FOUND, "no route\n"));
-    };
-    let cluster = Arc::clone(cluster);
-    drop(routing);
-    let metrics = &cluster.metrics;
-    metrics.requests.inc();
     let start = Instant::now();
-    let response = forward(&cluster, request, &client, limits).await;
-    metrics.duration.observe(start.elapsed().as_secs_f64());
-    metrics.response(response.status().as_u16());
+    let id = ensure_request_id(request.headers_mut());
+    // What the access log needs of the request, kept only when there is one.
+    let logged = shared.access_log.as_ref().map(|_| {
+        let host = request
+            .headers()
+            .get(http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .or_else(|| request.uri().authority().map(|a| a.as_str()))
+            .map(str::to_owned);
+        let path = request
+            .uri()
+            .path_and_query()
+            .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned());
+        (request.method().clone(), host, path)
+    });
+    let routing = shared.routing();
+    let (mut response, cluster) = match routing.route(&request) {
+        None => (local_response(StatusCode::NOT_FOUND, "no route\n"), None),
+        Some(cluster) => {
+            let cluster = Arc::clone(cluster);
+            drop(routing);
+            let metrics = &cluster.metrics;
+            metrics.requests.inc();
+            let response = forward(&cluster, request, &client, limits).await;
+            metrics.duration.observe(start.elapsed().as_secs_f64());
+            metrics.response(response.status().as_u16());
+            (response, Some(cluster))
+        }
+    };
+    if let (Some(log), Some((method, host, path))) = (&shared.access_log, logged) {
+        let served = response
+            .extensions()
+            .get::<Served>()
+            .cloned()
+            .unwrap_or_default();
+        log.write(&Entry {
+            time: Entry::now(),
+            request_id: id.to_str().unwrap_or_default(),
+            client: client.ip().to_string(),
+            method: method.as_str(),
+            host: host.as_deref(),
+            path: &path,
+            status: response.status().as_u16(),
+            cluster: cluster.as_ref().map(|c| c.name()),
+            replica: served.replica.as_deref(),
+            tries: served.tries,
+            hedged: served.hedged,
+            duration_ms: Entry::millis(start.elapsed()),
+        });
+    }
+    response.headers_mut().insert(REQUEST_ID, id);
     Ok(response)
 }
 

@@ -7,6 +7,7 @@ mod backend;
 mod demo;
 mod experiment;
 mod loadgen;
+mod logging;
 mod policies;
 mod proxy;
 mod sidecar;

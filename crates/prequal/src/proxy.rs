@@ -5,14 +5,16 @@
 //! 127.0.0.1:9002 --policy prequal` runs one cluster with every other setting at its default.
 //! SIGTERM or SIGINT drains in-flight requests and stops; SIGHUP, or a change to the config
 //! file (checked every `--watch-interval`), reloads it without dropping requests. A config that
-//! fails to load on reload is logged and the running one stays in force. Logs go to stderr;
-//! `RUST_LOG` sets the filter (default `info`).
+//! fails to load on reload is logged and the running one stays in force. Logs go to stderr, as
+//! text or, with `--log-format json`, JSON lines; `RUST_LOG` sets the filter (default `info`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+
+use crate::logging::LogFormat;
 use prequal_proxy::{Proxy, ProxyConfig, ProxyHandle, reload, shutdown_signal};
 
 /// Arguments of `prequal proxy`.
@@ -37,6 +39,9 @@ pub struct Args {
     /// reloads).
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     watch_interval: Duration,
+    /// Log lines as `text` or `json` (one object per line), on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
 }
 
 fn parse_listen(text: &str) -> Result<SocketAddr, String> {
@@ -50,12 +55,7 @@ fn parse_listen(text: &str) -> Result<SocketAddr, String> {
 
 /// Runs the proxy until SIGINT or SIGTERM.
 pub fn run(args: &Args) -> Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    crate::logging::init(args.log_format, "info");
     let config = load(args)?;
     // The proxy starts its other data-plane threads (`server.worker_threads`) itself; this one
     // accepts, and runs the admin listener, reloads and signals.

@@ -47,6 +47,9 @@ pub struct Args {
     /// On shutdown, how long open connections get to finish.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     drain: Duration,
+    /// Log lines as `text` or `json` (one object per line), on stderr.
+    #[arg(long, value_enum, default_value_t = crate::logging::LogFormat::Text)]
+    log_format: crate::logging::LogFormat,
 }
 
 fn parse_listen(text: &str) -> Result<SocketAddr, String> {
@@ -60,7 +63,7 @@ fn parse_listen(text: &str) -> Result<SocketAddr, String> {
 
 /// Runs the sidecar until SIGINT or SIGTERM.
 pub fn run(args: &Args) -> Result<()> {
-    init_logging();
+    crate::logging::init(args.log_format, "warn");
     let estimator = EstimatorConfig {
         window: args.window,
         min_samples: args.min_samples,
@@ -97,14 +100,9 @@ pub fn run(args: &Args) -> Result<()> {
     })
 }
 
-/// Logs to stderr, filtered by `RUST_LOG` (default: warnings and errors).
+/// Logs to stderr as text, filtered by `RUST_LOG` (default: warnings and errors).
 pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    crate::logging::init(crate::logging::LogFormat::Text, "warn");
 }
 
 #[cfg(test)]
