@@ -18,7 +18,7 @@ use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use prequal_core::{LoadReport, Outcome, QueryId, ReplicaId};
 
-use crate::cluster::Cluster;
+use crate::cluster::{Chosen, Cluster};
 
 /// A boxed error, as body errors cross hyper's client and server.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -56,6 +56,24 @@ pub struct TryGuard {
     pub outcome: Outcome,
     /// A load report piggybacked on the response, if any.
     pub report: Option<LoadReport>,
+    /// How long the replica took to send the response head, once it has.
+    pub answered: Option<std::time::Duration>,
+}
+
+impl TryGuard {
+    /// A try dispatched now to `chosen`: cancelled until proven otherwise, so that if it is
+    /// dropped (the client went away, or another try answered first) it is reported as such.
+    pub fn dispatched(cluster: &Arc<Cluster>, chosen: &Chosen) -> Self {
+        TryGuard {
+            cluster: Arc::clone(cluster),
+            replica: chosen.replica,
+            query: chosen.query,
+            start: Instant::now(),
+            outcome: Outcome::Cancelled,
+            report: None,
+            answered: None,
+        }
+    }
 }
 
 impl Drop for TryGuard {
@@ -64,7 +82,7 @@ impl Drop for TryGuard {
         self.cluster.complete(
             self.replica,
             self.query,
-            latency,
+            (latency, self.answered),
             self.outcome,
             self.report.take(),
         );
@@ -131,9 +149,12 @@ where
                 {
                     guard.outcome = Outcome::Error;
                 }
-                // Trailers are a body's last frame, and a body that knows it is done may not
-                // be polled again: either way its end is now.
-                if frame.is_trailers() || this.inner.is_end_stream() {
+                // Trailers are a body's last frame, and hyper polls no further a body that
+                // says it has ended or has sent all its declared length: its end is now.
+                if frame.is_trailers()
+                    || this.inner.is_end_stream()
+                    || this.inner.size_hint().exact() == Some(0)
+                {
                     finish(this.guard);
                 }
             }

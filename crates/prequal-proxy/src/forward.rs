@@ -35,6 +35,7 @@ use std::time::Instant;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
+use http::uri::Authority;
 use http::{HeaderValue, Method, Request, Response, StatusCode, Version, header};
 use http_body::Body;
 use http_body_util::BodyExt;
@@ -44,7 +45,7 @@ use prequal_server::protocol::{LOAD_HEADER, parse_reply};
 
 use crate::access_log::Served;
 use crate::body::{ProxyBody, Tracked, TryGuard, full, grpc_failed};
-use crate::cluster::{Chosen, Cluster, Strict};
+use crate::cluster::{Cluster, Strict};
 use crate::headers::{ClientHop, add_forwarding, strip_hop_by_hop};
 use crate::replay::RequestBody;
 use crate::upstream::UpstreamBody;
@@ -91,20 +92,23 @@ pub async fn forward(
     }
     prepare_headers(&mut parts, client, cluster.version());
     let config = cluster.config();
-    let body = RequestBody::read(
-        body,
-        &parts.headers,
-        config.replay_body_limit,
-        limits.max_body_bytes,
-    );
-    let Ok(body) = body.await else {
-        return local_response(StatusCode::BAD_REQUEST, "request body could not be read\n");
+    // A body is kept for a second try only if there can be one.
+    let replay_limit = match config.max_attempts > 1 {
+        true => config.replay_body_limit,
+        false => 0,
+    };
+    let body = RequestBody::read(body, &parts.headers, replay_limit, limits.max_body_bytes);
+    let body = match tokio::time::timeout(config.request_timeout, body).await {
+        Ok(Ok(body)) => body,
+        Ok(Err(_)) => {
+            return local_response(StatusCode::BAD_REQUEST, "request body could not be read\n");
+        }
+        Err(_) => {
+            return local_response(StatusCode::REQUEST_TIMEOUT, "request body too slow\n");
+        }
     };
     let may_retry_failures = is_idempotent(&parts.method) || config.retry_non_idempotent;
-    let hedge_plan = match may_retry_failures && body.is_replayable() && config.max_attempts > 1 {
-        true => cluster.hedge_plan(),
-        false => None,
-    };
+    let hedgeable = may_retry_failures && body.is_replayable() && config.max_attempts > 1;
     let mut tries = Tries {
         cluster,
         parts,
@@ -114,7 +118,7 @@ pub async fn forward(
     };
     // The tries in flight: the first (or a retry), and the hedges sent while it runs.
     let mut running = FuturesUnordered::new();
-    let mut hedge_at = hedge_plan.map(|(_, due)| due);
+    let (mut hedge_plan, mut hedge_at) = (None, None);
     let (mut attempts, mut hedges_sent) = (0, 0);
     let mut failure = None;
     loop {
@@ -129,6 +133,11 @@ pub async fn forward(
             };
             running.push(next);
             attempts += 1;
+            if attempts == 1 && hedgeable {
+                // The hedge clock starts once the first try is on its way.
+                hedge_plan = cluster.hedge_plan();
+                hedge_at = hedge_plan.map(|(_, due)| due);
+            }
         }
         let hedging = hedge_at.filter(|_| attempts < config.max_attempts);
         let (step, hedge) = tokio::select! {
@@ -225,7 +234,10 @@ impl<'a> Tries<'a> {
         };
         let version = self.cluster.version();
         let upstream = upstream_request(&self.parts, headers, version, body);
-        let step = one_try(self.cluster, chosen, upstream, self.deadline);
+        // The guard exists from the dispatch on, so the policy hears of this try's end even
+        // if its future is dropped before it first runs.
+        let guard = TryGuard::dispatched(self.cluster, &chosen);
+        let step = one_try(guard, chosen.authority, upstream, self.deadline);
         Some(Box::pin(async move { (step.await, hedge) }))
     }
 
@@ -295,28 +307,17 @@ impl Step {
 }
 
 async fn one_try(
-    cluster: &Arc<Cluster>,
-    chosen: Chosen,
+    mut guard: TryGuard,
+    authority: Authority,
     upstream: Request<ProxyBody>,
     deadline: Instant,
 ) -> Step {
-    // A try is cancelled until proven otherwise: if this future is dropped (the client went
-    // away, or another try answered first), the guard reports it as such.
-    let mut guard = TryGuard {
-        cluster: Arc::clone(cluster),
-        replica: chosen.replica,
-        query: chosen.query,
-        start: Instant::now(),
-        outcome: Outcome::Cancelled,
-        report: None,
-    };
+    let cluster = Arc::clone(&guard.cluster);
     let limit = cluster
         .config()
         .try_timeout
         .min(deadline - Instant::now().min(deadline));
-    let send = cluster
-        .upstream()
-        .send(chosen.replica, &chosen.authority, upstream);
+    let send = cluster.upstream().send(guard.replica, &authority, upstream);
     let sent = tokio::time::timeout(limit, send).await;
     let response = match sent {
         Err(_) => {
@@ -329,7 +330,7 @@ async fn one_try(
         }
         Ok(Err(error)) => {
             guard.outcome = Outcome::Error;
-            tracing::debug!(cluster = cluster.name(), replica = %chosen.authority, %error, "try failed");
+            tracing::debug!(cluster = cluster.name(), replica = %authority, %error, "try failed");
             let response = local_response(StatusCode::BAD_GATEWAY, "upstream unavailable\n");
             return Step::Failed {
                 response,
@@ -341,7 +342,7 @@ async fn one_try(
     let mut step = relay(response, guard);
     let (Step::Done(response) | Step::Failed { response, .. }) = &mut step;
     response.extensions_mut().insert(Served {
-        replica: Some(chosen.authority.to_string()),
+        replica: Some(authority.to_string()),
         ..Served::default()
     });
     step
@@ -355,6 +356,7 @@ fn relay(response: Response<UpstreamBody>, mut guard: TryGuard) -> Step {
         .headers()
         .get(LOAD_HEADER)
         .and_then(|v| parse_reply(v.as_bytes()).ok());
+    guard.answered = Some(guard.start.elapsed());
     let failed = response.status().is_server_error();
     if failed || grpc_failed(response.headers()) {
         guard.outcome = Outcome::Error;
@@ -366,7 +368,16 @@ fn relay(response: Response<UpstreamBody>, mut guard: TryGuard) -> Step {
     strip_hop_by_hop(&mut parts.headers, false);
     // The replica's HTTP version is per hop; hyper answers the client in the client's version.
     parts.version = Version::HTTP_11;
-    let body = Tracked::new(body, guard).boxed_unsync();
+    let body = match failed {
+        // A 5xx is an error as of its head: the try ends now, not when the body that may be
+        // passed to the client (if no retry succeeds) is read, so the replica's in-flight count
+        // does not stay up through a retry.
+        true => {
+            drop(guard);
+            body.map_err(Into::into).boxed_unsync()
+        }
+        false => Tracked::new(body, guard).boxed_unsync(),
+    };
     let response = Response::from_parts(parts, body);
     match failed {
         true => Step::Failed {

@@ -411,8 +411,11 @@ where
                             }
                         }
                         // Trailers are the last frame, and hyper stops polling once a body
-                        // says it has ended: either way there will be no `None` to see.
-                        frame.is_trailers() || body.is_end_stream()
+                        // says it has ended or has sent all its declared length: in each case
+                        // there will be no `None` to see.
+                        frame.is_trailers()
+                            || body.is_end_stream()
+                            || body.size_hint().exact() == Some(0)
                     }
                 };
                 if ended {

@@ -221,6 +221,10 @@ impl Rule for C3Rule {
     }
 
     fn on_complete(&mut self, replica: ReplicaId, completion: &Completion) {
+        // A cancelled query's latency is only a lower bound on its response time.
+        if completion.outcome == crate::policy::Outcome::Cancelled {
+            return;
+        }
         if let Some(s) = self.state.get_mut(replica) {
             s.response = ewma(
                 s.response,

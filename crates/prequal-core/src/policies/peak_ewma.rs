@@ -32,7 +32,7 @@ use crate::config::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
 use crate::ewma::PeakEwma;
 use crate::policies::least_loaded::LocalLoad;
 use crate::policies::least_loaded_p2c::best_of_draws;
-use crate::policy::{Completion, Pick, Policy, Query, QueryId, Snapshot};
+use crate::policy::{Completion, Outcome, Pick, Policy, Query, QueryId, Snapshot};
 use crate::replica::{ReplicaChange, ReplicaId, Replicas};
 use crate::time::Time;
 
@@ -171,7 +171,10 @@ impl Policy for PeakEwmaPolicy {
     fn on_complete(&mut self, replica: ReplicaId, completion: &Completion, now: Time) {
         if let Some(state) = self.replicas.get_mut(replica) {
             state.load.completed();
-            state.rtt.observe(completion.latency, now);
+            // A cancelled query's latency is only a lower bound on its round trip.
+            if completion.outcome != Outcome::Cancelled {
+                state.rtt.observe(completion.latency, now);
+            }
         }
     }
 

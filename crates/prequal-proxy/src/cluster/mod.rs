@@ -378,17 +378,19 @@ impl Cluster {
         }
     }
 
-    /// A try finished: feeds the policy (error aversion sees 5xx and timeouts as failures) and
-    /// outlier ejection, which may take the replica out of the policy. A cancelled try (the
-    /// client left, or another try answered first) counts as a timeout once it has outlived
-    /// the hedge delay, the learned p95 of successful tries (as in the simulator, see
-    /// prequal-core's `Hedger::loser_outcome`); one abandoned sooner counts for nothing but
-    /// the policy's in-flight count.
+    /// A try finished after `latency` (`answered`: the time to its response head, if it came):
+    /// feeds the policy (error aversion sees 5xx and timeouts as failures) and outlier
+    /// ejection, which may take the replica out of the policy. A try cancelled before its
+    /// response head (the client left, or another try answered first) counts as a timeout once
+    /// it has outlived the hedge delay, the learned p95 of the time to a successful response
+    /// head (as in the simulator, see prequal-core's `Hedger::loser_outcome`; learned whether
+    /// or not hedging is on); one abandoned sooner, or while its body streamed, counts for
+    /// nothing but the policy's in-flight count.
     pub fn complete(
         self: &Arc<Self>,
         replica: ReplicaId,
         query: QueryId,
-        latency: Duration,
+        (latency, answered): (Duration, Option<Duration>),
         outcome: Outcome,
         report: Option<LoadReport>,
     ) {
@@ -398,13 +400,15 @@ impl Cluster {
         if let Some(member) = core.members.get(&replica) {
             member.metrics.tried(outcome);
         }
-        let outcome = match outcome {
-            Outcome::Cancelled => core.hedger.loser_outcome(latency),
-            Outcome::Success => {
-                core.hedger.on_response(latency, false);
+        let outcome = match (outcome, answered) {
+            // Abandoned before the replica answered: a timeout once it outlived the delay.
+            (Outcome::Cancelled, None) => core.hedger.loser_outcome(latency),
+            // The hedger learns the time to the response head, what a hedge races.
+            (Outcome::Success, Some(head)) => {
+                core.hedger.on_response(head, false);
                 outcome
             }
-            other => other,
+            (other, _) => other,
         };
         let completion = Completion {
             query,

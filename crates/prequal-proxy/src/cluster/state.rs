@@ -202,10 +202,6 @@ impl Core {
         let Some(ejection) = outlier.on_result(replica, outcome, now) else {
             return;
         };
-        if !member.in_policy {
-            return;
-        }
-        member.in_policy = false;
         member.metrics.ejections.inc();
         tracing::warn!(
             cluster = %m.name,
@@ -215,9 +211,13 @@ impl Core {
             ejection = ejection.number,
             "replica ejected"
         );
-        self.policy
-            .on_replica_change(ReplicaChange::Remove(replica), now);
-        m.ejected.set(self.ejected_count());
+        // A replica ejected again on probation, before the timer put it back, is still out.
+        if member.in_policy {
+            member.in_policy = false;
+            self.policy
+                .on_replica_change(ReplicaChange::Remove(replica), now);
+            m.ejected.set(self.ejected_count());
+        }
     }
 
     pub(super) fn ejected_count(&self) -> i64 {

@@ -80,6 +80,10 @@ impl ReplicaLoad {
     /// A query sent to the replica finished with `outcome`.
     pub fn on_complete(&mut self, outcome: Outcome, now: Time, aversion: &Aversion) {
         self.local_rif = self.local_rif.saturating_sub(1);
+        if outcome == Outcome::Cancelled {
+            // Neither a success nor a failure: it must not dilute the error share.
+            return;
+        }
         let keep = self.decay_factor(now, aversion);
         self.queries = self.queries * keep + 1.0;
         self.errors = self.errors * keep + if outcome.is_failure() { 1.0 } else { 0.0 };
