@@ -10,10 +10,11 @@
 //!   one probe every `max_idle` (default 100 ms, a tenth of the age limit, so about ten fresh
 //!   replies survive an idle spell). Probes time out after `probe_timeout` (default 3 ms).
 //! - **Pool.** At most `pool_size` replies (m = 16), oldest evicted first, none older than
-//!   `max_age` (1 s). Our addition, off by default: `pool_share` below 1 caps the pool at that
-//!   share of the replicas (rounded up, at least 2), so that in a small cluster clients keep
-//!   choosing among a changing subset instead of all piling onto the one lowest-latency replica
-//!   ([`params::pool_capacity`]). Each reply may be used b_reuse = max{1, (1+δ)/((1 − m/n)·r_probe −
+//!   `max_age` (1 s). Our addition, on by default (a departure from the paper, which is
+//!   `pool_share = 1`): `pool_share` (default 0.5) caps the pool at that share of the replicas
+//!   (rounded up, at least 2), so that in a small cluster clients keep choosing among a changing
+//!   subset instead of all piling onto the fastest replicas, and b_reuse keeps a finite value
+//!   ([`params::pool_capacity`]). With 32 replicas or more it changes nothing. Each reply may be used b_reuse = max{1, (1+δ)/((1 − m/n)·r_probe −
 //!   r_remove)} times (δ = `delta`, default 1; randomly rounded per reply; capped at m, which is
 //!   also the value when the denominator is ≤ 0, see [`probing::b_reuse`]). Using a reply adds
 //!   one to its RIF, accounting for the query this client just sent there.

@@ -170,16 +170,17 @@ fn fewer_than_two_replies_falls_back_to_random() {
 #[test]
 fn a_pool_share_below_one_caps_the_pool_in_small_clusters() {
     let capacity = |config: &Config, n: usize| super::params::pool_capacity(&config.probing(), n);
-    let paper = Config::default();
+    let paper = Config {
+        pool_share: 1.0,
+        ..Config::default()
+    };
     assert_eq!(
         capacity(&paper, 6),
         16,
         "the paper's m, whatever the replica count"
     );
-    let half = Config {
-        pool_share: 0.5,
-        ..Config::default()
-    };
+    let half = Config::default();
+    assert_eq!(half.pool_share, 0.5, "the default");
     assert_eq!(capacity(&half, 0), 16);
     assert_eq!(capacity(&half, 1), 2, "at least two");
     assert_eq!(capacity(&half, 6), 3);
