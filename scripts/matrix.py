@@ -5,7 +5,7 @@ prequal variant given as a TOML inline table, and prints each variant's p50 / p9
 the best peer's ('*' marks a row meeting the target: p50 within 5%, tails at or below), then
 geometric means. Usage: python3 scripts/matrix.py '{ name = "prequal" }' ...
 Needs target/release/prequal (cargo build --release -p prequal); deterministic for the seeds in
-the scenario files."""
+the scenario files (or SEED=n in the environment for another seed)."""
 import json, re, subprocess, sys, os
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("BIN", os.path.join(ROOT, "target/release/prequal"))
@@ -30,7 +30,8 @@ for name in matrix:
     path = f"{TMP}/{name}.toml"
     open(path, "w").write(text)
     ts = "0.1" if name == "prequal-ramp" else "1"
-    out = subprocess.run([BIN, "sim", path, "--no-plots", "--json", "--time-scale", ts, "--out", f"{TMP}/out-{name}"], capture_output=True, text=True)
+    seed = ["--seed", os.environ["SEED"]] if os.environ.get("SEED") else []
+    out = subprocess.run([BIN, "sim", path, "--no-plots", "--json", "--time-scale", ts, "--out", f"{TMP}/out-{name}"] + seed, capture_output=True, text=True)
     r = json.loads(out.stdout)
     loads = sorted(set(x["load"] for x in r["runs"]))
     for load in loads:

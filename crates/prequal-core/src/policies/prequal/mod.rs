@@ -10,11 +10,10 @@
 //!   one probe every `max_idle` (default 100 ms, a tenth of the age limit, so about ten fresh
 //!   replies survive an idle spell). Probes time out after `probe_timeout` (default 3 ms).
 //! - **Pool.** At most `pool_size` replies (m = 16), oldest evicted first, none older than
-//!   `max_age` (1 s). Our addition, on by default (a departure from the paper, which is
-//!   `pool_share = 1`): `pool_share` (default 0.5) caps the pool at that share of the replicas
-//!   (rounded up, at least 2), so that in a small cluster clients keep choosing among a changing
-//!   subset instead of all piling onto the fastest replicas, and b_reuse keeps a finite value
-//!   ([`params::pool_capacity`]). With 32 replicas or more it changes nothing. Each reply may be used b_reuse = max{1, (1+δ)/((1 − m/n)·r_probe −
+//!   `max_age` (1 s). Our addition, off by default: `pool_share` below 1 caps the pool at that
+//!   share of the replicas (rounded up, at least 2), so that in a small cluster clients keep
+//!   choosing among a changing subset instead of all piling onto the one lowest-latency replica
+//!   ([`params::pool_capacity`]). Each reply may be used b_reuse = max{1, (1+δ)/((1 − m/n)·r_probe −
 //!   r_remove)} times (δ = `delta`, default 1; randomly rounded per reply; capped at m, which is
 //!   also the value when the denominator is ≤ 0, see [`probing::b_reuse`]). Using a reply adds
 //!   one to its RIF, accounting for the query this client just sent there.
@@ -24,7 +23,9 @@
 //! - **Selection (HCL).** A reply is hot when its RIF exceeds the `q_rif` quantile (default
 //!   2^−0.25 ≈ 0.84) of recently reported RIFs. The cold reply with the lowest latency wins; if
 //!   all are hot, the lowest RIF wins. With fewer than two replies, a uniformly random replica.
-//!   See [`hcl`].
+//!   Our departure from the paper, on by default (`latency_band = 0` is the paper's rule): cold
+//!   replies within (1 + `latency_band`) × the lowest cold latency (default 1.0: twice) count as
+//!   equally fast and the lowest RIF among them wins. See [`hcl`].
 //! - **Error aversion.** Replies from replicas whose recent error share exceeds
 //!   `error_threshold` rank after all others, so a replica that fails fast cannot sinkhole
 //!   traffic. See [`aversion`].
@@ -87,7 +88,8 @@ use probing::{AsyncProbing, ProbingParams};
 /// The `prequal` policy: async probing with the HCL rule.
 pub type Prequal = AsyncProbing<Hcl>;
 
-/// `prequal` parameters. Every key is optional; defaults are those of the paper's testbed.
+/// `prequal` parameters. Every key is optional; defaults are those of the paper's testbed,
+/// except `latency_band` (the paper's rule is 0).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -106,6 +108,9 @@ pub struct Config {
     pub remove_rate: f64,
     /// RIF quantile above which a reply is hot, default 2^−0.25.
     pub q_rif: f64,
+    /// Cold replies within (1 + this) × the fastest cold latency rank by RIF, default 1.0
+    /// (the paper's rule: 0).
+    pub latency_band: f64,
     /// Idle-probe period, default 100 ms.
     #[serde(with = "humantime_serde")]
     pub max_idle: Duration,
@@ -129,6 +134,7 @@ impl Default for Config {
             delta: params::DELTA,
             remove_rate: params::REMOVE_RATE,
             q_rif: params::Q_RIF,
+            latency_band: params::LATENCY_BAND,
             max_idle: params::MAX_IDLE,
             probe_timeout: params::PROBE_TIMEOUT,
             error_threshold: params::ERROR_THRESHOLD,
@@ -185,6 +191,7 @@ impl BuildPolicy for Config {
             params::DELTA_DOC,
             params::REMOVE_RATE_DOC,
             params::Q_RIF_DOC,
+            params::LATENCY_BAND_DOC,
             params::MAX_IDLE_DOC,
             params::PROBE_TIMEOUT_DOC,
             params::ERROR_THRESHOLD_DOC,
@@ -194,10 +201,21 @@ impl BuildPolicy for Config {
 
     fn validate(&self) -> Result<(), ConfigError> {
         self.probing().validate(Self::INFO.name)?;
-        validate_q_rif(Self::INFO.name, self.q_rif)
+        validate_q_rif(Self::INFO.name, self.q_rif)?;
+        if !(self.latency_band.is_finite() && self.latency_band >= 0.0) {
+            return Err(ConfigError::invalid(
+                Self::INFO.name,
+                "latency_band",
+                format!("must be a finite number >= 0, got {}", self.latency_band),
+            ));
+        }
+        Ok(())
     }
 
     fn build(&self) -> Box<dyn Policy> {
-        Box::new(Prequal::new(self.probing(), Hcl::new(self.q_rif)))
+        Box::new(Prequal::new(
+            self.probing(),
+            Hcl::new(self.q_rif, self.latency_band),
+        ))
     }
 }

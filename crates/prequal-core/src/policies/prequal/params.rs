@@ -13,9 +13,9 @@ use crate::config::{ConfigError, ParamDoc};
 pub const PROBE_RATE: f64 = 3.0;
 /// Default pool size m: the paper found 16 enough, with modest gains beyond.
 pub const POOL_SIZE: u32 = 16;
-/// Default largest share of the replicas the pool may cover: 0.5, our departure from the
-/// paper's pool (1.0), which matters only below 32 replicas (see [`pool_capacity`] for why).
-pub const POOL_SHARE: f64 = 0.5;
+/// Default largest share of the replicas the pool may cover: 1, the paper's pool (see
+/// [`pool_capacity`] for when a smaller share helps).
+pub const POOL_SHARE: f64 = 1.0;
 /// Default age limit of a reply.
 pub const MAX_AGE: Duration = Duration::from_secs(1);
 /// Default δ in the b_reuse formula.
@@ -24,6 +24,9 @@ pub const DELTA: f64 = 1.0;
 pub const REMOVE_RATE: f64 = 1.0;
 /// Default q_rif = 2^−0.25.
 pub const Q_RIF: f64 = 0.840_896_415_253_714_5;
+/// Default latency band of HCL's cold pick: replies within twice the fastest cold latency count
+/// as equally fast (0 is the paper's rule; see `hcl.rs` and docs/policies.md).
+pub const LATENCY_BAND: f64 = 1.0;
 /// Default idle-probe period: a tenth of the age limit, so an idle client, sending one probe
 /// per period, still holds about ten fresh replies, well above the two HCL needs.
 pub const MAX_IDLE: Duration = Duration::from_millis(100);
@@ -50,11 +53,10 @@ pub const POOL_SIZE_DOC: ParamDoc = ParamDoc {
 /// `pool_share`.
 pub const POOL_SHARE_DOC: ParamDoc = ParamDoc {
     key: "pool_share",
-    default: "0.5",
+    default: "1.0",
     doc: "the pool holds at most this share of the replicas (rounded up, at least 2) when that \
-          is below pool_size, in (0, 1]; 1 is the paper's pool; the default 0.5 changes nothing \
-          from 32 replicas up and keeps clients of small clusters from piling onto the fastest \
-          replicas (docs/policies.md)",
+          is below pool_size, in (0, 1]; 1 is the paper's pool; 0.5 helps small clusters behind \
+          several balancers",
 };
 /// `max_age`.
 pub const MAX_AGE_DOC: ParamDoc = ParamDoc {
@@ -80,6 +82,13 @@ pub const Q_RIF_DOC: ParamDoc = ParamDoc {
     key: "q_rif",
     default: "0.8408964152537145",
     doc: "RIF quantile above which a reply is hot, in [0, 1]; 0 = RIF-only, 1 = latency-only",
+};
+/// `latency_band`.
+pub const LATENCY_BAND_DOC: ParamDoc = ParamDoc {
+    key: "latency_band",
+    default: "1.0",
+    doc: "cold replies whose latency is within (1 + latency_band) × the lowest cold latency in \
+          the pool rank by RIF, before the other cold ones, >= 0; 0 is the paper's HCL",
 };
 /// `max_idle`.
 pub const MAX_IDLE_DOC: ParamDoc = ParamDoc {
