@@ -87,8 +87,9 @@ pub const Q_RIF_DOC: ParamDoc = ParamDoc {
 pub const LATENCY_BAND_DOC: ParamDoc = ParamDoc {
     key: "latency_band",
     default: "1.0",
-    doc: "cold replies whose latency is within (1 + latency_band) × the lowest cold latency in \
-          the pool rank by RIF, before the other cold ones, >= 0; 0 is the paper's HCL",
+    doc: "cold replies whose latency is within (1 + band) × the lowest cold latency in the pool \
+          rank by RIF, before the other cold ones; band = latency_band × min(1, pool size / \
+          replicas); >= 0; 0 is the paper's HCL",
 };
 /// `max_idle`.
 pub const MAX_IDLE_DOC: ParamDoc = ParamDoc {
