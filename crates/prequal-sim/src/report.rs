@@ -558,6 +558,16 @@ steps = [{ duration = "2s", level = 100.0 }]
             s.latency_ms.p50
         );
         assert!(report.table().contains("prequal (q_rif=0.5)"));
+        // Constant 10 ms replicas: both contenders tie at every quantile, and the line says so.
+        let best = report.best_lines();
+        assert_eq!(best.len(), 1, "{best:?}");
+        assert!(
+            best[0].starts_with("best: p50 round-robin = prequal (q_rif=0.5) ("),
+            "{best:?}"
+        );
+        assert!(best[0].contains(", p99 ") && best[0].contains(", p99.9 "));
+        assert!(report.table().contains(&best[0]));
+        assert!(report.markdown_table().contains(&best[0]));
         let shares: f64 = report.runs[0]
             .output
             .measured
