@@ -239,6 +239,9 @@ pub fn run_all(
     })
 }
 
+/// Reads one quantile out of a summary's latencies.
+type QuantileOf = fn(&crate::metrics::Quantiles) -> f64;
+
 impl Report {
     /// Pretty JSON (same seed, same bytes).
     pub fn to_json(&self) -> Result<String, serde_json::Error> {
@@ -283,6 +286,9 @@ impl Report {
             }
             out.push('\n');
         }
+        for line in self.best_lines() {
+            let _ = writeln!(out, "{line}");
+        }
         if self.runs.iter().any(|r| r.output.hedging.is_some()) {
             out.push('\n');
             out.push_str(&self.hedge_table());
@@ -323,6 +329,55 @@ impl Report {
             }
         }
         out
+    }
+
+    /// "best at" lines: per load level, which contender has the lowest p50, p99 and p99.9
+    /// (ties list every contender within 0.05 ms of the best). Queries that timed out or failed
+    /// count in the quantiles as recorded, so a contender that drops queries cannot look best
+    /// by it; runs with no successful query are left out.
+    pub fn best_lines(&self) -> Vec<String> {
+        let mut loads: Vec<f64> = Vec::new();
+        for r in &self.runs {
+            if !loads.contains(&r.load) {
+                loads.push(r.load);
+            }
+        }
+        let quantiles: [(&str, QuantileOf); 3] = [
+            ("p50", |q| q.p50),
+            ("p99", |q| q.p99),
+            ("p99.9", |q| q.p999),
+        ];
+        let mut lines = Vec::new();
+        for load in &loads {
+            let runs: Vec<&RunResult> = self
+                .runs
+                .iter()
+                .filter(|r| r.load == *load && r.output.measured.summary.successes > 0)
+                .collect();
+            if runs.len() < 2 {
+                continue;
+            }
+            let cells: Vec<String> = quantiles
+                .iter()
+                .map(|(name, get)| {
+                    let value = |r: &RunResult| get(&r.output.measured.summary.latency_ms);
+                    let best = runs.iter().map(|r| value(r)).fold(f64::INFINITY, f64::min);
+                    let names: Vec<String> = runs
+                        .iter()
+                        .filter(|r| value(r) <= best + 0.05)
+                        .map(|r| label_with_param(r))
+                        .collect();
+                    format!("{name} {} ({best:.1})", names.join(" = "))
+                })
+                .collect();
+            let at = if loads.len() > 1 {
+                format!(" at load {load:.2}")
+            } else {
+                String::new()
+            };
+            lines.push(format!("best{at}: {}", cells.join(", ")));
+        }
+        lines
     }
 
     /// The summary table in Markdown (for docs and the experiment's HTML page).
@@ -368,6 +423,9 @@ impl Report {
                 }
             }
             out.push('\n');
+        }
+        for line in self.best_lines() {
+            let _ = writeln!(out, "\n{line}");
         }
         out
     }
@@ -560,6 +618,16 @@ steps = [{ duration = "2s", level = 100.0 }]
             s.latency_ms.p50
         );
         assert!(report.table().contains("prequal (q_rif=0.5)"));
+        // Constant 10 ms replicas: both contenders tie at every quantile, and the line says so.
+        let best = report.best_lines();
+        assert_eq!(best.len(), 1, "{best:?}");
+        assert!(
+            best[0].starts_with("best: p50 round-robin = prequal (q_rif=0.5) ("),
+            "{best:?}"
+        );
+        assert!(best[0].contains(", p99 ") && best[0].contains(", p99.9 "));
+        assert!(report.table().contains(&best[0]));
+        assert!(report.markdown_table().contains(&best[0]));
         let shares: f64 = report.runs[0]
             .output
             .measured

@@ -242,9 +242,14 @@ pub enum LoadUnit {
     /// Aggregate queries per second over all clients.
     #[default]
     Qps,
-    /// Multiple of the servers' aggregate CPU allocation (capacity model only):
-    /// qps = level × count × allocation_cores / mean query cost.
+    /// Multiple of the servers' aggregate allocation (capacity or thread-pool model):
+    /// qps = level × count × allocation_cores (or workers) / mean query cost (or service time).
+    /// Speed factors are not counted.
     Allocation,
+    /// Multiple of the servers' aggregate capacity (capacity or thread-pool model): like
+    /// `"allocation"`, with each replica weighted by its speed factor, so qps = level × Σ
+    /// speed × allocation_cores (or workers) / mean query cost (or service time).
+    Capacity,
 }
 
 /// One load step.
@@ -414,10 +419,9 @@ impl Scenario {
             })?;
             parse_trace(&text, &full.display().to_string())
         };
-        let service = match (&self.servers.latency, &self.servers.capacity) {
-            (Some(d), _) => d.compile("servers.latency", &mut loader)?,
-            (None, Some(c)) => c.cost.compile("servers.capacity.cost", &mut loader)?,
-            (None, None) => return Err(bad("servers", "no server model")),
+        let service = match self.servers.service_spec() {
+            Some((key, d)) => d.compile(key, &mut loader)?,
+            None => return Err(bad("servers", "no server model")),
         };
         let delay = match &self.network.delay {
             Some(d) => Some(d.compile("network.delay", &mut loader)?),
@@ -504,21 +508,36 @@ impl Scenario {
         }
         match unit {
             LoadUnit::Qps => Ok(level),
-            LoadUnit::Allocation => {
-                let Some(c) = &self.servers.capacity else {
+            LoadUnit::Allocation | LoadUnit::Capacity => {
+                let name = if unit == LoadUnit::Capacity {
+                    "capacity"
+                } else {
+                    "allocation"
+                };
+                let Some(per_replica) = self.servers.allocation() else {
                     return Err(bad(
                         key,
-                        "unit \"allocation\" needs the capacity model ([servers.capacity])",
+                        format!(
+                            "unit \"{name}\" needs the capacity model ([servers.capacity]) \
+                             or the thread-pool model ([servers.thread_pool])"
+                        ),
                     ));
                 };
                 let mean_s = service.mean_nanos() / 1e9;
                 if mean_s <= 0.0 {
                     return Err(bad(
                         key,
-                        "unit \"allocation\" needs a query cost above zero",
+                        format!("unit \"{name}\" needs a query cost above zero"),
                     ));
                 }
-                Ok(level * f64::from(self.servers.count) * c.allocation_cores / mean_s)
+                let replicas = if unit == LoadUnit::Capacity {
+                    (0..self.servers.count)
+                        .map(|i| self.servers.speed_of(i))
+                        .sum()
+                } else {
+                    f64::from(self.servers.count)
+                };
+                Ok(level * replicas * per_replica / mean_s)
             }
         }
     }
@@ -562,7 +581,7 @@ impl Scenario {
                 let q = self.qps("load.ramp.start", level, r.unit, service)?;
                 out.push(Phase {
                     label: match r.unit {
-                        LoadUnit::Allocation => format!("{level:.2}x"),
+                        LoadUnit::Allocation | LoadUnit::Capacity => format!("{level:.2}x"),
                         LoadUnit::Qps => format!("step {} ({q:.0} qps)", i + 1),
                     },
                     start: at,

@@ -174,6 +174,7 @@ fn spec_from_args(args: &Args) -> Result<BackendSpec> {
         count,
         latency,
         capacity,
+        thread_pool: None,
         probe_cost: None,
         speed,
         episodes,

@@ -246,7 +246,7 @@ impl<'a> Sim<'a> {
                 )
             })
             .collect();
-        let with_util = sc.servers.capacity.is_some();
+        let with_util = sc.servers.allocation().is_some();
         let objective_us = u64::try_from(sc.latency_objective.as_micros()).unwrap_or(u64::MAX);
         let recorder = Recorder::new(objective_us, &compiled.phases, servers.len(), with_util)?;
         let end = compiled.end();
@@ -317,7 +317,7 @@ impl<'a> Sim<'a> {
         for s in 0..self.servers.len() {
             self.schedule_change(s as u32);
         }
-        if self.compiled.scenario.servers.capacity.is_some() {
+        if self.compiled.scenario.servers.allocation().is_some() {
             self.queue.push(Time::from_secs(1), Event::Tick);
         }
     }

@@ -40,6 +40,15 @@ impl JobId {
     pub fn is_overhead(&self) -> bool {
         self.overhead
     }
+
+    /// A job known by its arrival number alone (models that need no finish tag).
+    pub(super) fn plain(seq: u64) -> Self {
+        JobId {
+            tag: 0,
+            seq,
+            overhead: false,
+        }
+    }
 }
 
 impl std::hash::Hash for JobId {

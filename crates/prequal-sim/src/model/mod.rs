@@ -7,8 +7,11 @@
 //!   machine driven by `now` (`arrive`, `next_completion`, `advance`, `set_cores`, `cancel`).
 //! - [`episode`]: things that happen to some replicas between two times (slow, pinned latency,
 //!   errors, capacity loss, whole-replica faults) and how overlapping episodes combine.
+//! - [`threads`]: a thread pool (k workers, FIFO queue), the third server model.
+//! - [`work`]: processor sharing or thread pool behind one interface for the drivers.
 //! - [`server`]: the scenario's `[servers]` section and [`server::ReplicaModel`], one
-//!   replica's model: speed, antagonists, episodes, and the latency or capacity model.
+//!   replica's model: speed, antagonists, episodes, and the latency, capacity or thread-pool
+//!   model.
 //!
 //! Everything here takes time as a [`prequal_core::Time`] argument and randomness as
 //! `&mut dyn RngCore`, so the same seed always gives the same replica behaviour, in virtual time
@@ -18,11 +21,17 @@ pub mod cpu;
 pub mod dist;
 pub mod episode;
 pub mod server;
+pub mod threads;
+pub mod work;
 
 pub use cpu::{CpuModel, JobId};
 pub use dist::{DistSpec, Distribution, TraceLoader, parse_trace};
 pub use episode::{Effects, EpisodeSpec, Fault, ServerSet};
-pub use server::{Admission, AntagonistSpec, CapacitySpec, ReplicaModel, ServersSpec, SpeedSpec};
+pub use server::{
+    Admission, AntagonistSpec, CapacitySpec, ReplicaModel, ServersSpec, SpeedSpec, ThreadPoolSpec,
+};
+pub use threads::ThreadPool;
+pub use work::Work;
 
 /// `v.round() as u64` (halves away from zero, negative and NaN to 0, saturating), without the
 /// call into libm that `f64::round` costs on the baseline x86-64 target.

@@ -1,6 +1,6 @@
 //! The `[servers]` section of a scenario and the per-replica model it builds.
 //!
-//! Two server models:
+//! Three server models:
 //!
 //! - **latency** (`latency = { kind = ... }`): each query takes a delay drawn from the
 //!   distribution (or replayed from a trace); concurrency is unlimited, so load does not change
@@ -12,6 +12,10 @@
 //!   may spill into whatever its machine's antagonists leave idle. The antagonist share of
 //!   each machine is redrawn every `period` around a per-machine mean, so some replicas sit on
 //!   busy machines and some on idle ones, and that changes over time.
+//! - **thread pool** (`[servers.thread_pool]`): `workers` workers and a FIFO queue
+//!   ([`super::threads::ThreadPool`]); each query holds one worker for a service time drawn from
+//!   `service`, divided by the replica's speed and multiplied by its `slow` episodes; a
+//!   `capacity_loss` episode takes that share of the workers away (rounded down).
 //!
 //! [`ReplicaModel`] is the sans-IO state machine of one replica: [`ReplicaModel::admit`] says
 //! how a query will be served, [`ReplicaModel::next_change`] / [`ReplicaModel::on_change`]
@@ -28,6 +32,8 @@ use super::ModelError;
 use super::cpu::{CpuModel, JobId};
 use super::dist::{DistSpec, Distribution};
 use super::episode::{Effects, EpisodeSpec, ServerSet};
+use super::threads::ThreadPool;
+use super::work::Work;
 
 /// `[servers]`: the replicas.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -41,6 +47,9 @@ pub struct ServersSpec {
     /// Capacity model.
     #[serde(default)]
     pub capacity: Option<CapacitySpec>,
+    /// Thread-pool model.
+    #[serde(default)]
+    pub thread_pool: Option<ThreadPoolSpec>,
     /// CPU work a probe costs the replica (capacity model; default 0).
     #[serde(default, with = "humantime_serde")]
     pub probe_cost: Option<Duration>,
@@ -70,6 +79,20 @@ pub struct CapacitySpec {
     /// Antagonists on each machine (default none).
     #[serde(default)]
     pub antagonist: Option<AntagonistSpec>,
+}
+
+/// `[servers.thread_pool]`: workers and a FIFO queue.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThreadPoolSpec {
+    /// Workers per replica (>= 1).
+    pub workers: u32,
+    /// Service time of one query at speed 1.
+    pub service: DistSpec,
+    /// Most queries waiting for a worker; an arrival beyond it fails at once (default:
+    /// unbounded).
+    #[serde(default)]
+    pub queue_limit: Option<u32>,
 }
 
 fn one() -> f64 {
@@ -130,14 +153,16 @@ impl ServersSpec {
                 "expected at least 1 replica",
             ));
         }
-        match (&self.latency, &self.capacity) {
-            (Some(d), None) => d.validate("servers.latency")?,
-            (None, Some(c)) => c.validate()?,
+        match (&self.latency, &self.capacity, &self.thread_pool) {
+            (Some(d), None, None) => d.validate("servers.latency")?,
+            (None, Some(c), None) => c.validate()?,
+            (None, None, Some(t)) => t.validate()?,
             _ => {
                 return Err(ModelError::invalid(
                     "servers",
-                    "set exactly one of `latency = { kind = ... }` (latency model) or \
-                     `[servers.capacity]` (capacity model)",
+                    "set exactly one of `latency = { kind = ... }` (latency model), \
+                     `[servers.capacity]` (capacity model) or `[servers.thread_pool]` \
+                     (thread-pool model)",
                 ));
             }
         }
@@ -152,6 +177,27 @@ impl ServersSpec {
         Ok(())
     }
 
+    /// The key and distribution of the model's per-query draw: latency, CPU cost or service
+    /// time (None when no model is set; `validate` rejects that).
+    pub fn service_spec(&self) -> Option<(&'static str, &DistSpec)> {
+        match (&self.latency, &self.capacity, &self.thread_pool) {
+            (Some(d), _, _) => Some(("servers.latency", d)),
+            (None, Some(c), _) => Some(("servers.capacity.cost", &c.cost)),
+            (None, None, Some(t)) => Some(("servers.thread_pool.service", &t.service)),
+            (None, None, None) => None,
+        }
+    }
+
+    /// Cores (capacity model) or workers (thread pool) per replica; None for the latency
+    /// model, which has no capacity.
+    pub fn allocation(&self) -> Option<f64> {
+        match (&self.capacity, &self.thread_pool) {
+            (Some(c), _) => Some(c.allocation_cores),
+            (None, Some(t)) => Some(f64::from(t.workers)),
+            (None, None) => None,
+        }
+    }
+
     /// The speed multiplier of replica `index`.
     pub fn speed_of(&self, index: u32) -> f64 {
         self.speed
@@ -159,6 +205,18 @@ impl ServersSpec {
             .filter(|s| s.servers.contains(index))
             .map(|s| s.factor)
             .product()
+    }
+}
+
+impl ThreadPoolSpec {
+    fn validate(&self) -> Result<(), ModelError> {
+        if self.workers == 0 {
+            return Err(ModelError::invalid(
+                "servers.thread_pool.workers",
+                "expected at least 1 worker",
+            ));
+        }
+        self.service.validate("servers.thread_pool.service")
     }
 }
 
@@ -229,9 +287,14 @@ enum Kind {
     Latency(Distribution),
     Capacity {
         cost: Distribution,
-        cpu: CpuModel,
+        cpu: Work,
         allocation: f64,
         machine: f64,
+    },
+    ThreadPool {
+        service: Distribution,
+        pool: Work,
+        workers: f64,
     },
 }
 
@@ -277,8 +340,16 @@ impl ReplicaModel {
             .collect();
         edges.sort();
         edges.dedup();
-        let (kind, antagonist) = match &spec.capacity {
-            Some(c) => {
+        let (kind, antagonist) = match (&spec.capacity, &spec.thread_pool) {
+            (None, Some(t)) => {
+                let kind = Kind::ThreadPool {
+                    service: compiled,
+                    pool: Work::Pool(ThreadPool::new(t.workers, t.queue_limit)),
+                    workers: f64::from(t.workers),
+                };
+                (kind, None)
+            }
+            (Some(c), _) => {
                 let antagonist = c.antagonist.as_ref().map(|a| {
                     let mean = a.mean_low + (a.mean_high - a.mean_low) * rng.random::<f64>();
                     let phase = rng.random_range(0..=a.period.as_nanos() as u64);
@@ -293,13 +364,13 @@ impl ReplicaModel {
                 });
                 let kind = Kind::Capacity {
                     cost: compiled,
-                    cpu: CpuModel::new(0.0, c.per_query_cores),
+                    cpu: Work::Shared(CpuModel::new(0.0, c.per_query_cores)),
                     allocation: c.allocation_cores,
                     machine: c.machine(),
                 };
                 (kind, antagonist)
             }
-            None => (Kind::Latency(compiled), None),
+            (None, None) => (Kind::Latency(compiled), None),
         };
         let mut model = ReplicaModel {
             kind,
@@ -341,11 +412,20 @@ impl ReplicaModel {
             }
             Kind::Capacity { cost, cpu, .. } => {
                 let work = cost.sample_nanos(rng) as f64 * fx.slow;
-                Admission::Job(cpu.arrive(
-                    now,
-                    Duration::from_nanos(super::round_to_u64(work)),
-                    done,
-                ))
+                let work = Duration::from_nanos(super::round_to_u64(work));
+                match cpu.arrive(now, work, done) {
+                    Some(id) => Admission::Job(id),
+                    None => return (Admission::After(Duration::ZERO), true),
+                }
+            }
+            Kind::ThreadPool { service, pool, .. } => {
+                let nanos = service.sample_nanos(rng) as f64 * fx.slow / self.speed;
+                let service = Duration::from_nanos(super::round_to_u64(nanos));
+                match pool.arrive(now, service, done) {
+                    Some(id) => Admission::Job(id),
+                    // The queue is full: the replica refuses at once.
+                    None => return (Admission::After(Duration::ZERO), true),
+                }
             }
         };
         (admission, error)
@@ -357,32 +437,36 @@ impl ReplicaModel {
     pub fn charge_probe(&mut self, now: Time, done: &mut Vec<JobId>) -> Option<JobId> {
         match &mut self.kind {
             Kind::Capacity { cpu, .. } if !self.probe_cost.is_zero() => {
-                Some(cpu.arrive_overhead(now, self.probe_cost, done))
+                cpu.arrive_overhead(now, self.probe_cost, done)
             }
             _ => None,
         }
     }
 
-    /// The CPU model (capacity model only).
-    pub fn cpu(&self) -> Option<&CpuModel> {
+    /// The queries' work: a CPU (capacity model) or a thread pool; None for the latency model.
+    pub fn cpu(&self) -> Option<&Work> {
         match &self.kind {
             Kind::Capacity { cpu, .. } => Some(cpu),
+            Kind::ThreadPool { pool, .. } => Some(pool),
             Kind::Latency(_) => None,
         }
     }
 
-    /// The CPU model, mutably (capacity model only).
-    pub fn cpu_mut(&mut self) -> Option<&mut CpuModel> {
+    /// The queries' work, mutably (see [`ReplicaModel::cpu`]).
+    pub fn cpu_mut(&mut self) -> Option<&mut Work> {
         match &mut self.kind {
             Kind::Capacity { cpu, .. } => Some(cpu),
+            Kind::ThreadPool { pool, .. } => Some(pool),
             Kind::Latency(_) => None,
         }
     }
 
-    /// Guaranteed cores (capacity model), the denominator of utilisation.
+    /// Guaranteed cores (capacity model) or workers (thread pool), the denominator of
+    /// utilisation.
     pub fn allocation_cores(&self) -> Option<f64> {
         match &self.kind {
             Kind::Capacity { allocation, .. } => Some(*allocation),
+            Kind::ThreadPool { workers, .. } => Some(*workers),
             Kind::Latency(_) => None,
         }
     }
@@ -415,15 +499,20 @@ impl ReplicaModel {
         let share = self.antagonist_share();
         let loss = self.effects(now).capacity_loss;
         let speed = self.speed;
-        if let Kind::Capacity {
-            cpu,
-            allocation,
-            machine,
-            ..
-        } = &mut self.kind
-        {
-            let cores = speed * (1.0 - loss) * allocation.max(*machine * (1.0 - share));
-            cpu.set_cores(now, cores, done);
+        match &mut self.kind {
+            Kind::Capacity {
+                cpu,
+                allocation,
+                machine,
+                ..
+            } => {
+                let cores = speed * (1.0 - loss) * allocation.max(*machine * (1.0 - share));
+                cpu.set_capacity(now, cores, done);
+            }
+            Kind::ThreadPool { pool, workers, .. } => {
+                pool.set_capacity(now, *workers * (1.0 - loss), done);
+            }
+            Kind::Latency(_) => {}
         }
     }
 }
@@ -493,5 +582,43 @@ mod tests {
         );
         let err = toml::from_str::<ServersSpec>("count = 2\nlatncy = 3").unwrap_err();
         assert!(err.to_string().contains("latncy"), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod thread_pool_tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand::rngs::SmallRng;
+
+    #[test]
+    fn speed_and_slow_episodes_scale_the_service_time() {
+        let s: ServersSpec = toml::from_str(
+            "count = 2\n[thread_pool]\nworkers = 1\nservice = { kind = \"constant\", value = \"30ms\" }\n\
+             [[speed]]\nservers = [1]\nfactor = 3.0\n\
+             [[episodes]]\nservers = [1]\nstart = \"1s\"\nend = \"2s\"\nslow = 10.0",
+        )
+        .unwrap();
+        s.validate().unwrap();
+        let mut rng = SmallRng::seed_from_u64(1);
+        let d = s.service_spec().unwrap().1.compile_pure("k").unwrap();
+        let mut fast = ReplicaModel::new(&s, 1, d, &mut rng);
+        let mut done = Vec::new();
+        let at = Time::from_millis;
+        assert!(matches!(
+            fast.admit(at(0), &mut rng, &mut done).0,
+            Admission::Job(_)
+        ));
+        // One worker: the second query waits for the first (10 ms at speed 3).
+        fast.admit(at(0), &mut rng, &mut done);
+        let work = fast.cpu().unwrap();
+        assert_eq!(work.next_completion(), Some(at(10)));
+        assert_eq!(work.in_flight(), 2);
+        fast.cpu_mut().unwrap().advance(at(20), &mut done);
+        assert_eq!(done.len(), 2);
+        // In the slow episode: 30 ms × 10 / 3.
+        fast.admit(at(1000), &mut rng, &mut done);
+        assert_eq!(fast.cpu().unwrap().next_completion(), Some(at(1100)));
+        assert_eq!(fast.allocation_cores(), Some(1.0));
     }
 }

@@ -161,3 +161,43 @@ fn shipped_faults_parses_with_one_hedged_contender() {
         .collect();
     assert_eq!(hedged, [false, false, false, false, true]);
 }
+
+const HETERO: &str = include_str!("../../../../scenarios/heterogeneous-70.toml");
+
+#[test]
+fn capacity_unit_weights_thread_pool_replicas_by_speed() {
+    let c = parse(HETERO).unwrap();
+    // Speeds 4 × 3 + 2 × 2.5 + 2 × 1.5 + 2 × 1 = 22; 0.7 × 22 × 4 workers / 20 ms = 3080 qps.
+    assert!(
+        (c.phases[0].qps_start - 3080.0).abs() < 1e-6,
+        "{:?}",
+        c.phases
+    );
+    let text = HETERO.replace("unit = \"capacity\"", "unit = \"allocation\"");
+    // 0.7 × 10 replicas × 4 workers / 20 ms = 1400 qps.
+    assert!((parse(&text).unwrap().phases[0].qps_start - 1400.0).abs() < 1e-6);
+}
+
+#[test]
+fn thread_pool_errors_name_their_key() {
+    let cases = [
+        ("workers = 4", "workers = 0", "servers.thread_pool.workers"),
+        (
+            "mean = \"20ms\"",
+            "mean = \"0ms\"",
+            "servers.thread_pool.service",
+        ),
+        ("workers = 4", "workers = 4\nqueue_limt = 3", "queue_limt"),
+        (
+            "[servers.thread_pool]",
+            "latency = { kind = \"constant\", value = \"1ms\" }\n[servers.thread_pool]",
+            "exactly one",
+        ),
+    ];
+    for (from, to, key) in cases {
+        let text = HETERO.replacen(from, to, 1);
+        assert_ne!(text, HETERO, "{from}");
+        let err = parse(&text).unwrap_err();
+        assert!(err.contains(key), "{key}: {err}");
+    }
+}

@@ -84,12 +84,9 @@ impl BackendSpec {
             })?;
             parse_trace(&text, &full.display().to_string())
         };
-        let service = match (&servers.latency, &servers.capacity) {
-            (Some(latency), _) => latency.compile("servers.latency", &mut load_trace)?,
-            (None, Some(capacity)) => capacity
-                .cost
-                .compile("servers.capacity.cost", &mut load_trace)?,
-            (None, None) => {
+        let service = match servers.service_spec() {
+            Some((key, dist)) => dist.compile(key, &mut load_trace)?,
+            None => {
                 return Err(ModelError::invalid(
                     "servers",
                     "needs a latency model or a capacity model",

@@ -8,15 +8,29 @@
 //! lower RIF); if all are hot, the lowest RIF wins (ties to the lower latency). The two ends are
 //! exact: `q_rif = 1` calls nothing hot (latency-only control) and `q_rif = 0` calls everything
 //! hot (RIF-only control). Prequal paper, section 4, "Replica selection".
+//!
+//! Our addition, the **latency band** (`latency_band`, default 1.0; 0 is the paper's rule):
+//! cold replies whose latency is within `1 + band` times the lowest cold latency in the pool
+//! count as equally fast, and among them the lowest RIF wins (ties to the lower latency); cold
+//! replies beyond the band still rank by latency after them. The band is `latency_band` scaled
+//! by the share of the replicas the pool can hold (`min(1, m / n)`): full when every pick sees
+//! (nearly) the whole cluster, as in small clusters, a sixth of it with the paper's 16-reply
+//! pool over 100 replicas. Why: when every client sees every replica, the cold pick sends each
+//! query to the replica with the lowest latency, so the fastest replicas are filled until
+//! they queue (the hot threshold stops it late), and independent clients all pick the same
+//! replica; a RIF is exact and current where a latency median is a few queries old, so among
+//! comparable latencies the lower RIF is the better guess. With a pool that samples a large
+//! cluster the picks are spread already and the latency differences carry more information.
+//! docs/policies.md has the evidence.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::aversion::ReplicaLoad;
-use super::pool::Entry;
+use super::pool::{Entry, Pool};
 use super::probing::{Rank, Rule};
 use crate::policy::LoadReport;
-use crate::replica::ReplicaId;
+use crate::replica::{ReplicaChange, ReplicaId};
 use crate::time::{Time, duration_nanos};
 
 /// How many recent reply RIFs the quantile is estimated from.
@@ -163,15 +177,32 @@ impl RifHistory {
     }
 }
 
-/// The HCL rank of a reply with `rif` and `latency` under `threshold`.
-pub fn hcl_rank(threshold: Threshold, rif: u32, latency: Duration) -> Rank {
+/// Subtracted from the RIF of a cold reply inside the latency band so its rank key sorts
+/// before every latency (which is >= 0) and keeps the RIF order among the band.
+const IN_BAND: f64 = 1e12;
+
+/// The HCL rank of a reply with `rif` and `latency` under `threshold`; with a band `ceiling`,
+/// cold replies at or below it rank first, by RIF.
+pub fn hcl_rank(
+    threshold: Threshold,
+    ceiling: Option<Duration>,
+    rif: u32,
+    latency: Duration,
+) -> Rank {
     let hot = threshold.is_hot(rif);
+    let in_band = !hot && ceiling.is_some_and(|c| latency <= c);
     let latency = latency.as_secs_f64();
     let rif = f64::from(rif);
     if hot {
         Rank {
             hot: true,
             key: rif,
+            tie: latency,
+        }
+    } else if in_band {
+        Rank {
+            hot: false,
+            key: rif - IN_BAND,
             tie: latency,
         }
     } else {
@@ -187,60 +218,116 @@ pub fn hcl_rank(threshold: Threshold, rif: u32, latency: Duration) -> Rank {
 /// main signal and the other one below it (latency as whole nanoseconds, 64 bits; RIF, 32).
 /// Exact where the rank's float latency is (below 2^53 ns, about 104 days); beyond, the key
 /// still tells latencies apart where the float rounds them together.
-pub fn hcl_key(threshold: Threshold, rif: u32, latency: Duration) -> u128 {
+pub fn hcl_key(
+    threshold: Threshold,
+    ceiling: Option<Duration>,
+    rif: u32,
+    latency: Duration,
+) -> u128 {
     let hot = threshold.is_hot(rif);
+    let in_band = !hot && ceiling.is_some_and(|c| latency <= c);
     let latency = u128::from(duration_nanos(latency));
     let rif = u128::from(rif);
     if hot {
         1 << 127 | rif << 64 | latency
+    } else if in_band {
+        rif << 64 | latency
     } else {
-        latency << 32 | rif
+        1 << 126 | latency << 32 | rif
     }
+}
+
+/// What HCL computes once per decision.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HclContext {
+    /// Which RIFs are hot.
+    pub threshold: Threshold,
+    /// The top of the latency band: cold replies at or below it rank by RIF (None: no band).
+    pub ceiling: Option<Duration>,
 }
 
 /// The HCL selection rule for the async engine.
 #[derive(Clone, Debug)]
 pub struct Hcl {
     q_rif: f64,
+    latency_band: f64,
+    /// Replicas known (for the pool's coverage of the cluster).
+    replicas: usize,
     history: RifHistory,
 }
 
 impl Hcl {
-    /// The rule with quantile `q_rif` (in [0, 1]).
-    pub fn new(q_rif: f64) -> Self {
+    /// The rule with quantile `q_rif` (in [0, 1]) and latency band `latency_band` (>= 0; 0 is
+    /// the paper's rule).
+    pub fn new(q_rif: f64, latency_band: f64) -> Self {
         Self {
             q_rif,
+            latency_band,
+            replicas: 0,
             history: RifHistory::default(),
         }
     }
 }
 
 impl Rule for Hcl {
-    type Context = Threshold;
+    type Context = HclContext;
     const NAME: &'static str = "prequal";
 
     fn on_reply(&mut self, _replica: ReplicaId, report: &LoadReport, _now: Time) {
         self.history.push(report.rif);
     }
 
-    fn context(&self) -> Threshold {
-        self.history.threshold(self.q_rif)
+    fn context(&self) -> HclContext {
+        HclContext {
+            threshold: self.history.threshold(self.q_rif),
+            ceiling: None,
+        }
     }
 
-    fn rank(&self, cx: &Threshold, entry: &Entry, _load: &ReplicaLoad) -> Rank {
-        hcl_rank(*cx, entry.rif, entry.latency)
+    fn on_replica_change(&mut self, change: ReplicaChange) {
+        match change {
+            ReplicaChange::Insert(_) => self.replicas += 1,
+            ReplicaChange::Remove(_) => self.replicas = self.replicas.saturating_sub(1),
+        }
+    }
+
+    fn context_for(&self, pool: &Pool) -> HclContext {
+        let threshold = self.history.threshold(self.q_rif);
+        let coverage = if self.replicas == 0 {
+            1.0
+        } else {
+            (pool.capacity() as f64 / self.replicas as f64).min(1.0)
+        };
+        let band = self.latency_band * coverage;
+        let ceiling = if band > 0.0 {
+            pool.iter()
+                .filter(|e| !threshold.is_hot(e.rif))
+                .map(|e| e.latency)
+                .min()
+                .map(|fastest| fastest.mul_f64(1.0 + band))
+        } else {
+            None
+        };
+        HclContext { threshold, ceiling }
+    }
+
+    fn rank(&self, cx: &HclContext, entry: &Entry, _load: &ReplicaLoad) -> Rank {
+        hcl_rank(cx.threshold, cx.ceiling, entry.rif, entry.latency)
     }
 
     type Key = u128;
 
-    fn key(&self, cx: &Threshold, entry: &Entry, _load: &ReplicaLoad) -> u128 {
-        hcl_key(*cx, entry.rif, entry.latency)
+    fn key(&self, cx: &HclContext, entry: &Entry, _load: &ReplicaLoad) -> u128 {
+        hcl_key(cx.threshold, cx.ceiling, entry.rif, entry.latency)
     }
 
-    fn values(&self, cx: &Threshold) -> Vec<(&'static str, f64)> {
-        let mut values = vec![("q_rif", self.q_rif)];
-        if *cx != Threshold::AllCold {
-            values.push(("hot_rif_threshold", cx.as_f64()));
+    fn values(&self, cx: &HclContext) -> Vec<(&'static str, f64)> {
+        let mut values = vec![("q_rif", self.q_rif), ("latency_band", self.latency_band)];
+        if cx.threshold != Threshold::AllCold {
+            values.push(("hot_rif_threshold", cx.threshold.as_f64()));
+        }
+        if let Some(c) = cx.ceiling {
+            values.push(("latency_band_ceiling_s", c.as_secs_f64()));
         }
         values
     }
@@ -283,13 +370,39 @@ mod tests {
     fn cold_beats_hot_and_each_side_sorts_on_its_own_signal() {
         let t = Threshold::Above(3);
         let ms = Duration::from_millis;
-        let cold_slow = hcl_rank(t, 3, ms(90));
-        let cold_fast = hcl_rank(t, 2, ms(10));
-        let hot_light = hcl_rank(t, 4, ms(1));
-        let hot_heavy = hcl_rank(t, 9, ms(1));
+        let cold_slow = hcl_rank(t, None, 3, ms(90));
+        let cold_fast = hcl_rank(t, None, 2, ms(10));
+        let hot_light = hcl_rank(t, None, 4, ms(1));
+        let hot_heavy = hcl_rank(t, None, 9, ms(1));
         assert!(cold_fast.order(&cold_slow).is_lt());
         assert!(cold_slow.order(&hot_light).is_lt());
         assert!(hot_light.order(&hot_heavy).is_lt());
+    }
+
+    #[test]
+    fn inside_the_latency_band_the_lower_rif_wins() {
+        let t = Threshold::Above(8);
+        let ms = Duration::from_millis;
+        let band = Some(ms(12));
+        let fastest_busy = hcl_rank(t, band, 6, ms(10));
+        let near_idle = hcl_rank(t, band, 1, ms(12));
+        let slow_idle = hcl_rank(t, band, 0, ms(13));
+        let hot = hcl_rank(t, band, 9, ms(1));
+        assert!(
+            near_idle.order(&fastest_busy).is_lt(),
+            "same band: RIF decides"
+        );
+        assert!(
+            fastest_busy.order(&slow_idle).is_lt(),
+            "the band beats the rest"
+        );
+        assert!(slow_idle.order(&hot).is_lt(), "cold beats hot");
+        // Without a band, the paper's rule: latency alone.
+        assert!(
+            hcl_rank(t, None, 6, ms(10))
+                .order(&hcl_rank(t, None, 1, ms(12)))
+                .is_lt()
+        );
     }
 
     proptest! {
@@ -317,15 +430,19 @@ mod tests {
                 Just(Threshold::AllHot),
                 (0u32..40).prop_map(Threshold::Above),
             ],
+            c in prop_oneof![
+                Just(None),
+                (0u64..5_000_000_000).prop_map(|n| Some(Duration::from_nanos(n))),
+            ],
         ) {
             let (ra, rb) = (Duration::from_nanos(a.1), Duration::from_nanos(b.1));
-            let by_rank = hcl_rank(t, a.0, ra).order(&hcl_rank(t, b.0, rb));
-            prop_assert_eq!(hcl_key(t, a.0, ra).cmp(&hcl_key(t, b.0, rb)), by_rank);
+            let by_rank = hcl_rank(t, c, a.0, ra).order(&hcl_rank(t, c, b.0, rb));
+            prop_assert_eq!(hcl_key(t, c, a.0, ra).cmp(&hcl_key(t, c, b.0, rb)), by_rank);
             // Equal signals from different sides of the threshold, and near-equal latencies.
             let near = Duration::from_nanos(a.1 + 1);
             prop_assert_eq!(
-                hcl_key(t, a.0, ra).cmp(&hcl_key(t, a.0, near)),
-                hcl_rank(t, a.0, ra).order(&hcl_rank(t, a.0, near))
+                hcl_key(t, c, a.0, ra).cmp(&hcl_key(t, c, a.0, near)),
+                hcl_rank(t, c, a.0, ra).order(&hcl_rank(t, c, a.0, near))
             );
         }
 
@@ -335,11 +452,12 @@ mod tests {
         fn never_picks_hot_when_cold_exists(
             replies in proptest::collection::vec((0u32..20, 0u64..1000), 1..16),
             limit in 0u32..20,
+            c in prop_oneof![Just(None), (0u64..1000).prop_map(|us| Some(Duration::from_micros(us)))],
         ) {
             let t = Threshold::Above(limit);
             let ranks: Vec<Rank> = replies
                 .iter()
-                .map(|&(rif, us)| hcl_rank(t, rif, Duration::from_micros(us)))
+                .map(|&(rif, us)| hcl_rank(t, c, rif, Duration::from_micros(us)))
                 .collect();
             let best = ranks.iter().min_by(|a, b| a.order(b)).copied();
             let any_cold = replies.iter().any(|&(rif, _)| rif <= limit);

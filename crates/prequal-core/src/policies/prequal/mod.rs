@@ -23,7 +23,9 @@
 //! - **Selection (HCL).** A reply is hot when its RIF exceeds the `q_rif` quantile (default
 //!   2^−0.25 ≈ 0.84) of recently reported RIFs. The cold reply with the lowest latency wins; if
 //!   all are hot, the lowest RIF wins. With fewer than two replies, a uniformly random replica.
-//!   See [`hcl`].
+//!   Our departure from the paper, on by default (`latency_band = 0` is the paper's rule): cold
+//!   replies within (1 + `latency_band`) × the lowest cold latency (default 1.0: twice) count as
+//!   equally fast and the lowest RIF among them wins. See [`hcl`].
 //! - **Error aversion.** Replies from replicas whose recent error share exceeds
 //!   `error_threshold` rank after all others, so a replica that fails fast cannot sinkhole
 //!   traffic. See [`aversion`].
@@ -86,7 +88,8 @@ use probing::{AsyncProbing, ProbingParams};
 /// The `prequal` policy: async probing with the HCL rule.
 pub type Prequal = AsyncProbing<Hcl>;
 
-/// `prequal` parameters. Every key is optional; defaults are those of the paper's testbed.
+/// `prequal` parameters. Every key is optional; defaults are those of the paper's testbed,
+/// except `latency_band` (the paper's rule is 0).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -105,6 +108,9 @@ pub struct Config {
     pub remove_rate: f64,
     /// RIF quantile above which a reply is hot, default 2^−0.25.
     pub q_rif: f64,
+    /// Cold replies within (1 + this) × the fastest cold latency rank by RIF, default 1.0
+    /// (the paper's rule: 0).
+    pub latency_band: f64,
     /// Idle-probe period, default 100 ms.
     #[serde(with = "humantime_serde")]
     pub max_idle: Duration,
@@ -128,6 +134,7 @@ impl Default for Config {
             delta: params::DELTA,
             remove_rate: params::REMOVE_RATE,
             q_rif: params::Q_RIF,
+            latency_band: params::LATENCY_BAND,
             max_idle: params::MAX_IDLE,
             probe_timeout: params::PROBE_TIMEOUT,
             error_threshold: params::ERROR_THRESHOLD,
@@ -184,6 +191,7 @@ impl BuildPolicy for Config {
             params::DELTA_DOC,
             params::REMOVE_RATE_DOC,
             params::Q_RIF_DOC,
+            params::LATENCY_BAND_DOC,
             params::MAX_IDLE_DOC,
             params::PROBE_TIMEOUT_DOC,
             params::ERROR_THRESHOLD_DOC,
@@ -193,10 +201,21 @@ impl BuildPolicy for Config {
 
     fn validate(&self) -> Result<(), ConfigError> {
         self.probing().validate(Self::INFO.name)?;
-        validate_q_rif(Self::INFO.name, self.q_rif)
+        validate_q_rif(Self::INFO.name, self.q_rif)?;
+        if !(self.latency_band.is_finite() && self.latency_band >= 0.0) {
+            return Err(ConfigError::invalid(
+                Self::INFO.name,
+                "latency_band",
+                format!("must be a finite number >= 0, got {}", self.latency_band),
+            ));
+        }
+        Ok(())
     }
 
     fn build(&self) -> Box<dyn Policy> {
-        Box::new(Prequal::new(self.probing(), Hcl::new(self.q_rif)))
+        Box::new(Prequal::new(
+            self.probing(),
+            Hcl::new(self.q_rif, self.latency_band),
+        ))
     }
 }

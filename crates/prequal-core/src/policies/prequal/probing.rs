@@ -22,7 +22,7 @@ use rand::RngCore;
 
 use super::aversion::{ReplicaLoad, random_replica};
 pub use super::params::{ProbingParams, b_reuse, pool_capacity, validate_aversion};
-use super::pool::{Entry, Pool};
+pub use super::pool::{Entry, Pool};
 use crate::policy::{
     Completion, LoadReport, Pick, Policy, PoolEntryView, ProbeId, ProbeRequest, Query, ReplicaView,
     Snapshot,
@@ -132,6 +132,12 @@ pub trait Rule: fmt::Debug + Send + 'static {
 
     /// Computes the per-decision context.
     fn context(&self) -> Self::Context;
+
+    /// Computes the per-decision context when it depends on the replies held (by default it
+    /// does not: [`Rule::context`]).
+    fn context_for(&self, _pool: &Pool) -> Self::Context {
+        self.context()
+    }
 
     /// Ranks one reply; `load` is this client's own view of the replica.
     fn rank(&self, cx: &Self::Context, entry: &Entry, load: &ReplicaLoad) -> Rank;
@@ -379,7 +385,7 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         self.queue_probes(count, now, rng);
         // Using a reply changes neither the RIF history nor α, so one context serves the whole
         // decision.
-        let cx = self.rule.context();
+        let cx = self.rule.context_for(&self.pool);
         let chosen = match self.select(&cx, now) {
             Some(index) => self.pool.use_entry(index),
             None => {
@@ -481,7 +487,7 @@ impl<R: Rule> Policy for AsyncProbing<R> {
     }
 
     fn snapshot(&self, now: Time) -> Snapshot {
-        let cx = self.rule.context();
+        let cx = self.rule.context_for(&self.pool);
         let ranked = self.ranked(&cx, now);
         let pool = self
             .pool

@@ -184,7 +184,10 @@ impl PrequalSync {
                 let avoided = load.avoided(now, &self.aversion);
                 Some((
                     *id,
-                    (avoided, hcl_rank(threshold, report.rif, report.latency)),
+                    (
+                        avoided,
+                        hcl_rank(threshold, None, report.rif, report.latency),
+                    ),
                 ))
             })
             .collect();

@@ -40,7 +40,10 @@ pub(super) fn query(id: u64) -> Query {
 
 /// A `prequal` instance over replicas `0..n` built from `config`.
 pub(super) fn policy(config: &Config, n: u32) -> Prequal {
-    let mut p = Prequal::new(config.probing(), Hcl::new(config.q_rif));
+    let mut p = Prequal::new(
+        config.probing(),
+        Hcl::new(config.q_rif, config.latency_band),
+    );
     for id in 0..n {
         p.on_replica_change(ReplicaChange::Insert(ReplicaId(id)), Time::ZERO);
     }
@@ -120,10 +123,17 @@ fn probe_targets_are_distinct_and_cover_the_set() {
     assert_eq!(seen.len(), 8);
 }
 
-/// Picks once from a pool holding exactly `replies` (replicas 0..), with no removal.
+/// Picks once from a pool holding exactly `replies` (replicas 0..), with no removal, by the
+/// paper's HCL rule (no latency band).
 fn choose_with(q_rif: f64, replies: &[(u32, u64)]) -> ReplicaId {
+    choose_banded(q_rif, 0.0, replies)
+}
+
+/// Like [`choose_with`], with a latency band.
+fn choose_banded(q_rif: f64, latency_band: f64, replies: &[(u32, u64)]) -> ReplicaId {
     let config = Config {
         q_rif,
+        latency_band,
         remove_rate: 0.0,
         pool_share: 1.0,
         ..Config::default()
@@ -148,6 +158,39 @@ fn q_rif_zero_is_rif_only_and_one_is_latency_only() {
 }
 
 const Q_RIF_DEFAULT: f64 = params::Q_RIF;
+
+#[test]
+fn the_default_latency_band_prefers_the_lower_rif_among_comparable_latencies() {
+    // (RIF, ms): the fastest is busy; one within twice its latency is idle; one is slow.
+    let replies = [(4, 10), (0, 18), (0, 25), (6, 12)];
+    assert_eq!(
+        choose_with(1.0, &replies),
+        ReplicaId(0),
+        "paper: lowest latency"
+    );
+    assert_eq!(
+        choose_banded(1.0, params::LATENCY_BAND, &replies),
+        ReplicaId(1),
+        "band: lowest RIF within 2 × 10 ms"
+    );
+    assert_eq!(Config::default().latency_band, 1.0);
+}
+
+#[test]
+fn the_latency_band_shrinks_when_the_pool_samples_a_large_cluster() {
+    // 100 replicas, a pool of 16: the band is 1.0 × 16/100, so 18 ms is not within 11.6 ms.
+    let config = Config {
+        q_rif: 1.0,
+        remove_rate: 0.0,
+        ..Config::default()
+    };
+    let mut p = policy(&config, 100);
+    let mut rng = rng(3);
+    for (i, (rif, ms)) in [(4, 10), (0, 18), (0, 25)].iter().enumerate() {
+        p.on_probe_reply(&probe(i as u32), &report(*rif, *ms), Time::ZERO, &mut rng);
+    }
+    assert_eq!(pick_id(&mut p, 0, Time::ZERO, &mut rng), ReplicaId(0));
+}
 
 #[test]
 fn fewer_than_two_replies_falls_back_to_random() {
@@ -214,6 +257,7 @@ fn a_pool_share_below_one_caps_the_pool_in_small_clusters() {
 fn removals_alternate_oldest_and_worst() {
     let config = Config {
         q_rif: 1.0,
+        latency_band: 0.0,
         probe_rate: 0.001,
         pool_share: 1.0,
         ..Config::default()
