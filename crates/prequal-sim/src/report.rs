@@ -332,9 +332,10 @@ impl Report {
     }
 
     /// "best at" lines: per load level, which contender has the lowest p50, p99 and p99.9
-    /// (ties list every contender within 0.05 ms of the best). Queries that timed out or failed
-    /// count in the quantiles as recorded, so a contender that drops queries cannot look best
-    /// by it; runs with no successful query are left out.
+    /// (ties list every contender within 0.05 ms of the best), among the contenders that fail
+    /// the fewest queries (within 0.01% of all queries): a fast error is not a fast answer.
+    /// Timeouts count in the quantiles at the timeout; runs with no successful query are left
+    /// out.
     pub fn best_lines(&self) -> Vec<String> {
         let mut loads: Vec<f64> = Vec::new();
         for r in &self.runs {
@@ -357,6 +358,17 @@ impl Report {
             if runs.len() < 2 {
                 continue;
             }
+            // A fast error is no answer: only the contenders that fail the fewest queries
+            // (within 0.01% of all queries) compete on latency.
+            let failed = |r: &RunResult| {
+                let s = &r.output.measured.summary;
+                (s.queries - s.successes) as f64 / s.queries.max(1) as f64
+            };
+            let fewest = runs.iter().map(|r| failed(r)).fold(f64::INFINITY, f64::min);
+            let runs: Vec<&RunResult> = runs
+                .into_iter()
+                .filter(|r| failed(r) <= fewest + 1e-4)
+                .collect();
             let cells: Vec<String> = quantiles
                 .iter()
                 .map(|(name, get)| {
