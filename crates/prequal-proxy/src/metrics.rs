@@ -292,6 +292,16 @@ pub struct ReplicaMetrics {
 }
 
 impl ReplicaMetrics {
+    /// Tries so far by outcome, for the admin view.
+    pub fn counts(&self) -> serde_json::Value {
+        serde_json::json!({
+            "success": self.success.get(),
+            "error": self.error.get(),
+            "timeout": self.timeout.get(),
+            "cancelled": self.cancelled.get(),
+        })
+    }
+
     /// Counts one try's outcome.
     pub fn tried(&self, outcome: Outcome) {
         match outcome {

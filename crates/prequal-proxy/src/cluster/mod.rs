@@ -477,8 +477,9 @@ impl Cluster {
         (outbox, next.map(|t| self.instant_of(t).max(floor)))
     }
 
-    /// A JSON view for the admin listener: replicas, the policy's snapshot (probe pool with
-    /// hot/cold, scores, pick counts), outlier state and the retry budget.
+    /// A JSON view for the admin listener: replicas (with their tries by outcome), the policy's
+    /// snapshot (probe pool with hot/cold, scores, pick counts), outlier state, the retry
+    /// budget, and the counts of requests, retries and hedges.
     pub fn view(&self) -> serde_json::Value {
         let now = self.now();
         let core = self.lock();
@@ -491,6 +492,7 @@ impl Cluster {
                     "address": m.authority.as_str(),
                     "ejected": !m.in_policy,
                     "ramping": !m.initial && self.config.slow_start.is_ramping(m.added_at, now),
+                    "tries": m.metrics.counts(),
                 })
             })
             .collect();
@@ -521,6 +523,14 @@ impl Cluster {
             "outlier": outlier,
             "retry_budget_available": core.budget.available(now),
             "waiting_for_decision": core.waiting.len(),
+            "requests": self.metrics.requests.get(),
+            "retries": self.metrics.retries.get(),
+            "hedges": {
+                "delay_us": core.hedger.delay().map(|d| d.as_micros() as u64),
+                "sent": self.metrics.hedges.get(),
+                "won": self.metrics.hedges_won.get(),
+                "refused": self.metrics.hedges_refused.get(),
+            },
         })
     }
 
