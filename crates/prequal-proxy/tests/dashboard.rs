@@ -95,8 +95,8 @@ async fn the_dashboard_renders_replicas_pool_and_counts_in_a_browser() {
             .iter()
             .find(|cells| cells.len() >= 10)
             .unwrap_or_else(|| panic!("no replica row for {address}\n{dom}"));
-        ok += replica_row[6].parse::<u64>().unwrap();
-        assert!(replica_row[5].ends_with('%'), "share: {replica_row:?}");
+        ok += replica_row[7].parse::<u64>().unwrap();
+        assert!(replica_row[6].ends_with('%'), "share: {replica_row:?}");
     }
     assert_eq!(ok, 60);
     // The probe pool, with each reply's hot or cold flag.
