@@ -274,14 +274,19 @@ fn prequal_config(
     })
 }
 
-/// HAProxy in HTTP mode with connection reuse towards the replicas.
+/// HAProxy in HTTP mode with connection reuse towards the replicas. Like the prequal proxy
+/// (`max_attempts = 3`, retries of connect failures and 5xx), it tries a request up to three
+/// times (`retries 2`), each retry on another replica (`option redispatch 1`), after a
+/// failed connection, a connection closed without a response, or a 5xx.
 fn haproxy_config(algorithm: &str, instance: &Instance, replicas: &[SocketAddr]) -> String {
     let mut out = String::new();
     let proto = if instance.http2 { " proto h2" } else { "" };
     let _ = writeln!(
         out,
         "global\n    maxconn 8000\n\ndefaults\n    mode http\n    timeout connect 5s\n    \
-         timeout client 120s\n    timeout server 120s\n    http-reuse always\n\n\
+         timeout client 120s\n    timeout server 120s\n    http-reuse always\n    \
+         retries 2\n    option redispatch 1\n    \
+         retry-on conn-failure empty-response 500 502 503 504\n\n\
          frontend experiment\n    bind {}{proto}\n    default_backend replicas\n\n\
          backend replicas\n    balance {algorithm}",
         instance.listen
@@ -292,7 +297,11 @@ fn haproxy_config(algorithm: &str, instance: &Instance, replicas: &[SocketAddr])
     out
 }
 
-/// nginx in the foreground with keep-alive connections to the replicas.
+/// nginx in the foreground with keep-alive connections to the replicas. Like the prequal
+/// proxy, it tries a request up to three times (`proxy_next_upstream_tries 3`), on another
+/// replica each time, after a failed connection, a timeout or a 5xx; nginx's own passive
+/// health check (a server with a failed try is left out for 10 s, `max_fails=1
+/// fail_timeout=10s`, its defaults) stays as it is.
 fn nginx_config(method: &str, instance: &Instance, replicas: &[SocketAddr]) -> String {
     let dir = instance.dir.display();
     let mut out = String::new();
@@ -318,7 +327,9 @@ fn nginx_config(method: &str, instance: &Instance, replicas: &[SocketAddr]) -> S
         "        keepalive 4096;\n    }}\n\n    server {{\n        listen {}{http2};\n        \
          location / {{\n            proxy_pass http://replicas;\n            \
          proxy_http_version 1.1;\n            proxy_set_header Connection \"\";\n            \
-         proxy_read_timeout 120s;\n        }}\n    }}\n}}\n",
+         proxy_read_timeout 120s;\n            \
+         proxy_next_upstream error timeout http_500 http_502 http_503 http_504;\n            \
+         proxy_next_upstream_tries 3;\n        }}\n    }}\n}}\n",
         instance.listen
     );
     out
@@ -361,6 +372,7 @@ mod tests {
         assert!(text.contains("bind 127.0.0.1:8080\n"));
         assert!(text.contains("server r0 127.0.0.1:9000"));
         assert!(text.contains("server r1 127.0.0.1:9001"));
+        assert!(text.contains("option redispatch 1"));
     }
 
     #[test]
