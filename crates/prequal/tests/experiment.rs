@@ -340,5 +340,6 @@ timeout = "1s"
     }
     let summary = std::fs::read_to_string(out.join("summary.txt")).unwrap();
     assert!(summary.contains("hedging"), "{summary}");
+    assert!(summary.contains("prequal proxies"), "{summary}");
     let _ = std::fs::remove_dir_all(&dir);
 }

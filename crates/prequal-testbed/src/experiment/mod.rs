@@ -247,14 +247,27 @@ pub struct ContenderRecord {
     pub proxy: Option<ProxyCounters>,
 }
 
+/// One prequal contender's row of the proxies' table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProxyRow {
+    /// The contender.
+    pub label: String,
+    /// Queries the load generator sent.
+    pub queries: u64,
+    /// The proxies' counters, summed.
+    pub counters: ProxyCounters,
+    /// Tries sent beyond one per query (retries and hedges), in percent of the queries.
+    pub extra_pct: f64,
+}
+
 /// A prequal proxy's counters at the end of a run (`/metrics`), summed over instances and
 /// labels.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct ProxyCounters {
     /// `prequal_proxy_requests_total`: requests received.
     pub requests: u64,
-    /// `prequal_proxy_upstream_tries_total`: tries sent to replicas (first tries, retries and
-    /// hedges).
+    /// `prequal_proxy_upstream_tries_total`: tries to replicas by outcome, counted as they
+    /// finish (first tries, retries and hedges).
     pub upstream_tries: u64,
     /// `prequal_proxy_retries_total`.
     pub retries: u64,
@@ -291,16 +304,20 @@ impl ProxyCounters {
     }
 
     /// The report's hedging line for `queries` queries: hedges sent, won and refused, and
-    /// the extra tries over the queries (hedges and retries alike, as the proxy counts tries).
+    /// the tries the proxies sent beyond one per query (hedges and retries alike: the
+    /// simulator does not retry, the proxies do). Tries are counted as sent, `queries +
+    /// retries + hedges`, not from `upstream_tries`, which counts tries by outcome when they
+    /// finish and has come out lower (docs/reliability.md).
     pub fn hedge_summary(&self, queries: u64) -> HedgeSummary {
+        let tries = queries + self.retries + self.hedges;
         let tries_per_query = if queries == 0 {
             0.0
         } else {
-            self.upstream_tries as f64 / queries as f64
+            tries as f64 / queries as f64
         };
         HedgeSummary {
             queries,
-            tries: self.upstream_tries,
+            tries,
             sent: self.hedges,
             won: self.hedges_won,
             refused: self.hedges_refused,
@@ -750,6 +767,90 @@ fn parse_replicas(stdout: &str, count: usize) -> Result<Vec<SocketAddr>, Experim
 }
 
 impl ExperimentReport {
+    /// The prequal proxies' counters, one row per prequal contender: queries sent, tries the
+    /// proxies sent, the extra tries in percent of the queries, retries, and hedges sent, won
+    /// and refused. Empty when no prequal contender ran.
+    pub fn proxy_rows(&self) -> Vec<ProxyRow> {
+        self.contenders
+            .iter()
+            .filter_map(|c| {
+                let p = c.proxy.as_ref()?;
+                let extra = p.hedge_summary(c.sent).extra_pct;
+                Some(ProxyRow {
+                    label: c.label.clone(),
+                    queries: c.sent,
+                    counters: p.clone(),
+                    extra_pct: extra,
+                })
+            })
+            .collect()
+    }
+
+    /// [`ExperimentReport::proxy_rows`] as a text table (empty without prequal contenders).
+    pub fn proxy_table(&self) -> String {
+        let rows = self.proxy_rows();
+        if rows.is_empty() {
+            return String::new();
+        }
+        let mut out = format!(
+            "{:<34} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}\n",
+            "prequal proxies", "queries", "extra", "retries", "hedges", "won", "refused", "tries"
+        );
+        for r in rows {
+            let c = &r.counters;
+            out.push_str(&format!(
+                "{:<34} {:>9} {:>7.2}% {:>8} {:>8} {:>8} {:>8} {:>9}\n",
+                r.label,
+                r.queries,
+                r.extra_pct,
+                c.retries,
+                c.hedges,
+                c.hedges_won,
+                c.hedges_refused,
+                c.upstream_tries
+            ));
+        }
+        out
+    }
+
+    /// [`ExperimentReport::proxy_rows`] as a Markdown table (empty without prequal contenders).
+    pub fn proxy_markdown(&self) -> String {
+        let rows = self.proxy_rows();
+        if rows.is_empty() {
+            return String::new();
+        }
+        let mut out = String::from(
+            "| prequal proxies | queries | extra | retries | hedges sent / won / refused | tries counted |\n\
+             |---|--:|--:|--:|--:|--:|\n",
+        );
+        for r in rows {
+            let c = &r.counters;
+            out.push_str(&format!(
+                "| {} | {} | {:.2}% | {} | {} / {} / {} | {} |\n",
+                r.label,
+                r.queries,
+                r.extra_pct,
+                c.retries,
+                c.hedges,
+                c.hedges_won,
+                c.hedges_refused,
+                c.upstream_tries
+            ));
+        }
+        out
+    }
+
+    /// The summary printed at the end and written to `summary.txt`: the simulator's table,
+    /// then the prequal proxies' tries, retries and hedges.
+    pub fn summary(&self) -> String {
+        let proxies = self.proxy_table();
+        if proxies.is_empty() {
+            self.report.table()
+        } else {
+            format!("{}\n{proxies}", self.report.table())
+        }
+    }
+
     /// Writes `report.json`, `summary.txt`, `summary.md`, the plots and `index.html` (a
     /// self-contained page with the table and the plots inline) into `dir`.
     pub fn write_to(&self, dir: &Path) -> Result<Vec<PathBuf>, ExperimentError> {
@@ -765,10 +866,16 @@ impl ExperimentReport {
         std::fs::write(&json, text + "\n").map_err(io(&json))?;
         written.push(json);
         let txt = dir.join("summary.txt");
-        std::fs::write(&txt, self.report.table()).map_err(io(&txt))?;
+        std::fs::write(&txt, self.summary()).map_err(io(&txt))?;
         written.push(txt);
         let md = dir.join("summary.md");
-        std::fs::write(&md, self.report.markdown_table()).map_err(io(&md))?;
+        let mut markdown = self.report.markdown_table();
+        let proxies = self.proxy_markdown();
+        if !proxies.is_empty() {
+            markdown.push('\n');
+            markdown.push_str(&proxies);
+        }
+        std::fs::write(&md, markdown).map_err(io(&md))?;
         written.push(md);
         let plots = prequal_sim::plot::write_plots(&self.report, dir)
             .map_err(|e| ExperimentError::Write(e.into()))?;
@@ -816,7 +923,9 @@ mod tests {
         assert_eq!(counters.retries, 20);
         assert_eq!(counters.requests, 2000);
         let summary = counters.hedge_summary(2000);
+        // 20 retries and 80 hedges over 2000 queries.
         assert!((summary.extra_pct - 5.0).abs() < 1e-9, "{summary:?}");
+        assert_eq!(summary.tries, 2100);
         assert_eq!(summary.sent, 80);
     }
 
