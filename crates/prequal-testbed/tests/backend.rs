@@ -114,7 +114,7 @@ async fn slow_episode_shows_in_probe_replies(proto: Proto) {
     )
     .await;
     let addr = backend.addrs()[0];
-    let tracker = std::sync::Arc::clone(backend.replicas().next().unwrap().tracker());
+    let tracker = backend.replicas().next().unwrap().tracker();
     let client = client(proto);
     for _ in 0..20 {
         let (status, headers, _) = get(&client, proto, addr, "/q").await;
@@ -297,7 +297,7 @@ async fn capacity_loss_episode_slows_cpu_work() {
         1,
     )
     .await;
-    let tracker = std::sync::Arc::clone(backend.replicas().next().unwrap().tracker());
+    let tracker = backend.replicas().next().unwrap().tracker();
     while tracker.clock().now() < Time::from_millis(200) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

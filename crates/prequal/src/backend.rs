@@ -139,7 +139,6 @@ fn spec_from_args(args: &Args) -> Result<BackendSpec> {
                 .compile(base)
                 .with_context(|| format!("{}", path.display()))?;
         }
-        refuse_faults(&compiled.scenario.servers.episodes, "servers.episodes")?;
         return Ok(BackendSpec::from_scenario(&compiled));
     }
     let count = args
@@ -169,7 +168,6 @@ fn spec_from_args(args: &Args) -> Result<BackendSpec> {
         .iter()
         .map(|e| parse_inline::<EpisodeSpec>("--episode", e))
         .collect::<Result<Vec<_>>>()?;
-    refuse_faults(&episodes, "--episode")?;
     let servers = ServersSpec {
         count,
         latency,
@@ -187,17 +185,6 @@ fn spec_from_args(args: &Args) -> Result<BackendSpec> {
         Path::new("."),
     )
     .context("prequal backend")
-}
-
-/// Whole-replica faults are simulated only: the emulated replicas would ignore them.
-fn refuse_faults(episodes: &[EpisodeSpec], key: &str) -> Result<()> {
-    if let Some(i) = episodes.iter().position(|e| e.fault.is_some()) {
-        bail!(
-            "{key}[{i}].fault: fault episodes (black-hole, host-down, killed) are simulated \
-             only; `prequal backend` does not carry them out yet"
-        );
-    }
-    Ok(())
 }
 
 /// A duration (`10ms`, a constant) or an inline distribution table.

@@ -85,7 +85,7 @@ pub fn run(args: &Args) -> Result<()> {
         return Ok(());
     };
     let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "\n{}", report.report.table())?;
+    writeln!(stdout, "\n{}", report.summary())?;
     let written = report.write_to(&out)?;
     writeln!(
         stdout,

@@ -65,7 +65,7 @@ pub fn run(args: &Args) -> Result<()> {
     let Some(report) = report else {
         return Ok(());
     };
-    println!("\n{}", report.report.table());
+    println!("\n{}", report.summary());
     let written = report.write_to(&options.out)?;
     println!(
         "report: {}/index.html ({} files)",

@@ -268,3 +268,78 @@ fn scenario_mistakes_name_the_key() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A hedged contender runs live as a hedging prequal proxy, beside an unhedged one, against a
+/// replica black-holed for the whole run; the report carries each proxy's hedges and tries.
+#[test]
+fn hedged_contender_and_fault_episode_run_live() {
+    let dir = temp_dir("hedge");
+    let text = r#"name = "tiny-faults"
+seed = 3
+latency_objective = "100ms"
+contenders = ["prequal", { name = "prequal", hedge = { delay = "20ms" } }]
+
+[servers]
+count = 3
+latency = { kind = "constant", value = "5ms" }
+
+[[servers.episodes]]
+servers = [0]
+start = "0s"
+end = "10s"
+fault = "black-hole"
+
+[clients]
+count = 1
+arrivals = "constant"
+
+[load]
+steps = [{ duration = "1s", level = 100.0 }]
+
+[experiment]
+haproxy = []
+nginx = []
+timeout = "1s"
+"#;
+    let file = dir.join("tiny-faults.toml");
+    std::fs::write(&file, text).unwrap();
+    let out = dir.join("report");
+    let output = Command::new(env!("CARGO_BIN_EXE_prequal"))
+        .args(["experiment", file.to_str().unwrap(), "--out"])
+        .arg(&out)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let runs = report["runs"].as_array().unwrap();
+    let labels: Vec<&str> = runs.iter().map(|r| r["label"].as_str().unwrap()).collect();
+    assert_eq!(labels, ["prequal", "prequal +hedge (delay=\"20ms\")"]);
+    for run in runs {
+        let s = &run["summary"];
+        assert_eq!(s["queries"], 100, "{run}");
+        let hedging = &run["hedging"];
+        assert_eq!(hedging["queries"], 100, "{run}");
+        assert!(hedging["tries"].as_u64().unwrap() >= 100, "{run}");
+    }
+    // Off for the plain contender, on (and predicted hedged) for the other.
+    assert_eq!(runs[0]["hedging"]["sent"], 0);
+    assert!(runs[1]["predicted"]["measured"]["summary"]["queries"].as_u64() > Some(0));
+    let config = std::fs::read_to_string(
+        out.join("runs/prequal-hedge-delay-20ms/prequal-proxy-0/prequal.toml"),
+    )
+    .unwrap();
+    assert!(config.contains("delay = \"20ms\""), "{config}");
+    for record in report["contenders"].as_array().unwrap() {
+        assert!(
+            record["proxy"]["upstream_tries"].as_u64() >= Some(100),
+            "{record}"
+        );
+    }
+    let summary = std::fs::read_to_string(out.join("summary.txt")).unwrap();
+    assert!(summary.contains("hedging"), "{summary}");
+    assert!(summary.contains("prequal proxies"), "{summary}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

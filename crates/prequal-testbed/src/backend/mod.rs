@@ -12,13 +12,16 @@
 //!   antagonists, without burning real CPU (see [`replica`]);
 //! - per-replica **speed** multipliers, and **episodes** at given times after the backend
 //!   started: slow by a factor, pinned latency, an error rate (answered `500`, optionally
-//!   fast), capacity loss.
+//!   fast), capacity loss, and whole-replica faults (`black-hole`, `host-down`, `killed`:
+//!   the replica holds queries, holds everything, or closes its port and restarts; see
+//!   the `fault` module for how each is carried out on the network).
 //!
 //! Every replica answers Prequal probes (`docs/probe-protocol.md`) from its own
 //! [`SharedTracker`], counts its requests in flight and latency like a real server would, and
 //! reports utilisation (capacity model: busy virtual cores over the allocation, refreshed every
 //! 100 ms). Responses name their replica in the `x-prequal-replica` header.
 
+mod fault;
 pub mod replica;
 
 use std::net::{IpAddr, SocketAddr};
@@ -27,7 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prequal_core::EstimatorConfig;
-use prequal_server::{Clock, ProbeLayer, SharedTracker, serve};
+use prequal_server::{Clock, SharedTracker};
 use prequal_sim::model::{Distribution, ModelError, ReplicaModel, ServersSpec, parse_trace};
 use prequal_sim::scenario::Compiled;
 use rand::SeedableRng;
@@ -198,18 +201,16 @@ impl Backend {
         for (index, listener, addr) in listeners {
             let replica = Arc::new(build_replica(spec, index, clock.clone()));
             tasks.push(tokio::spawn(Arc::clone(&replica).drive(stopped.clone())));
-            let charge = Arc::clone(&replica);
-            let layer = ProbeLayer::new(Arc::clone(replica.tracker()))
-                .piggyback(bind.piggyback)
-                .probe_hook(Arc::new(move || charge.charge_probe()));
-            let service = tower::ServiceBuilder::new()
-                .layer(layer)
-                .service(replica::service(Arc::clone(&replica)));
-            let mut stopped = stopped.clone();
-            let shutdown = async move {
-                let _ = stopped.changed().await;
+            let serving = fault::ServeReplica {
+                replica: Arc::clone(&replica),
+                listener,
+                addr,
+                edges: fault::fault_edges(&spec.servers.episodes, index),
+                estimator: spec.estimator,
+                piggyback: bind.piggyback,
+                drain: bind.drain,
             };
-            tasks.push(tokio::spawn(serve(listener, service, shutdown, bind.drain)));
+            tasks.push(tokio::spawn(serving.run(stopped.clone())));
             replicas.push((replica, addr));
         }
         Ok(Backend {

@@ -24,7 +24,7 @@ use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
 use prequal_core::Time;
 use prequal_server::{Clock, SharedTracker};
-use prequal_sim::model::{Admission, JobId, ReplicaModel};
+use prequal_sim::model::{Admission, Fault, JobId, ReplicaModel};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use tokio::sync::{Notify, oneshot, watch};
@@ -80,7 +80,8 @@ pub struct EmulatedReplica {
     state: Mutex<State>,
     wake: Notify,
     clock: Clock,
-    tracker: Arc<SharedTracker>,
+    /// Replaced when a `killed` fault ends: the restarted process starts with an empty tracker.
+    tracker: Mutex<Arc<SharedTracker>>,
 }
 
 impl std::fmt::Debug for EmulatedReplica {
@@ -114,7 +115,7 @@ impl EmulatedReplica {
             }),
             wake: Notify::new(),
             clock,
-            tracker,
+            tracker: Mutex::new(tracker),
         }
     }
 
@@ -123,9 +124,25 @@ impl EmulatedReplica {
         self.index
     }
 
-    /// The load tracker that answers this replica's probes.
-    pub fn tracker(&self) -> &Arc<SharedTracker> {
-        &self.tracker
+    /// The load tracker that answers this replica's probes (the current one: a restart after
+    /// a `killed` fault replaces it).
+    pub fn tracker(&self) -> Arc<SharedTracker> {
+        Arc::clone(&self.tracker.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Puts a fresh tracker in place, as a restarted process has.
+    pub fn replace_tracker(&self, tracker: Arc<SharedTracker>) {
+        *self.tracker.lock().unwrap_or_else(PoisonError::into_inner) = tracker;
+    }
+
+    /// The replica's clock (time zero is the scenario's).
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// The whole-replica fault in effect at `now`, if any.
+    pub fn fault_at(&self, now: Time) -> Option<Fault> {
+        self.lock().model.effects(now).fault
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -134,9 +151,14 @@ impl EmulatedReplica {
     }
 
     /// Serves one query: waits as the model says, then answers 200, or 500 for an emulated
-    /// error. If the caller gives up (the future is dropped), its CPU job is cancelled.
+    /// error. If the caller gives up (the future is dropped), its CPU job is cancelled. Under
+    /// a `black-hole` fault the query is held and never answered (the tracker, outside, counts
+    /// it in flight until the caller gives up), as in the simulator.
     pub async fn serve<B>(self: Arc<Self>, _request: Request<B>) -> Response<Full<Bytes>> {
         let now = self.clock.now();
+        if self.fault_at(now) == Some(Fault::BlackHole) {
+            return std::future::pending().await;
+        }
         let (admission, error, waiter) = {
             let mut state = self.lock();
             let state = &mut *state;
@@ -226,7 +248,7 @@ impl EmulatedReplica {
         }
         let busy = cpu.busy_core_nanos();
         let utilization = (busy - busy_before) / (span * allocation.max(f64::MIN_POSITIVE));
-        self.tracker.set_utilization(Some(utilization.max(0.0)));
+        self.tracker().set_utilization(Some(utilization.max(0.0)));
         state.last_sample = (busy, now);
     }
 

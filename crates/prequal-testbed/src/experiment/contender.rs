@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use prequal_core::PolicyConfig;
+use prequal_core::{HedgeConfig, PolicyConfig};
 
 use super::ExperimentError;
 
@@ -37,8 +37,8 @@ pub const DEFAULT_NGINX: [&str; 3] = ["round-robin", "least_conn", "random two l
 /// What balances the load in one run.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Balancer {
-    /// `prequal proxy` instances with this policy.
-    Prequal(PolicyConfig),
+    /// `prequal proxy` instances with this policy, hedging with this config (None: off).
+    Prequal(Box<PolicyConfig>, Option<HedgeConfig>),
     /// HAProxy instances with this `balance` algorithm.
     Haproxy(String),
     /// nginx instances with this upstream method.
@@ -56,15 +56,20 @@ pub struct Contender {
     pub balancer: Balancer,
     /// The core policy that models it in the simulator, if any.
     pub model: Option<PolicyConfig>,
+    /// The hedging the simulator's model runs with (a prequal proxy's own; None for others).
+    pub hedge: Option<HedgeConfig>,
 }
 
 impl Contender {
-    /// A prequal proxy contender labelled `label`.
-    pub fn prequal(label: String, policy: PolicyConfig) -> Contender {
+    /// A prequal proxy contender labelled `label`, hedging with `hedge` (None, or
+    /// `enabled = false`: no hedging).
+    pub fn prequal(label: String, policy: PolicyConfig, hedge: Option<HedgeConfig>) -> Contender {
+        let hedge = hedge.filter(|h| h.enabled);
         Contender {
             label,
             model: Some(policy.clone()),
-            balancer: Balancer::Prequal(policy),
+            balancer: Balancer::Prequal(Box::new(policy), hedge.clone()),
+            hedge,
         }
     }
 
@@ -80,6 +85,7 @@ impl Contender {
             label: format!("haproxy {algorithm}"),
             balancer: Balancer::Haproxy(algorithm.to_string()),
             model: PolicyConfig::from_name(model).ok(),
+            hedge: None,
         })
     }
 
@@ -90,6 +96,7 @@ impl Contender {
             label: format!("nginx {method}"),
             balancer: Balancer::Nginx(method.to_string()),
             model: PolicyConfig::from_name(model).ok(),
+            hedge: None,
         })
     }
 
@@ -99,6 +106,7 @@ impl Contender {
             label: "direct (client round robin)".into(),
             balancer: Balancer::Direct,
             model: PolicyConfig::from_name("round-robin").ok(),
+            hedge: None,
         }
     }
 
@@ -167,8 +175,11 @@ pub fn command(
     let program = |name: &str| program.map_or_else(|| PathBuf::from(name), Path::to_path_buf);
     Ok(match balancer {
         Balancer::Direct => None,
-        Balancer::Prequal(policy) => {
-            let path = write("prequal.toml", prequal_config(policy, instance, replicas)?)?;
+        Balancer::Prequal(policy, hedge) => {
+            let path = write(
+                "prequal.toml",
+                prequal_config(policy, hedge.as_ref(), instance, replicas)?,
+            )?;
             let mut cmd = Command::new(prequal_exe);
             cmd.arg("proxy")
                 .arg("--config")
@@ -201,9 +212,11 @@ pub fn command(
 
 /// A prequal proxy config: one cluster over the replicas with `policy`. Idle keep-alive
 /// connections are kept for every request a slow replica may hold, slow start is off (every
-/// replica is new at once, as for HAProxy and nginx), the rest is the proxy's defaults.
+/// replica is new at once, as for HAProxy and nginx), hedging is `hedge` (off without one),
+/// the rest is the proxy's defaults.
 fn prequal_config(
     policy: &PolicyConfig,
+    hedge: Option<&HedgeConfig>,
     instance: &Instance,
     replicas: &[SocketAddr],
 ) -> Result<String, ExperimentError> {
@@ -226,10 +239,19 @@ fn prequal_config(
     let mut slow_start = toml::Table::new();
     slow_start.insert("window".into(), toml::Value::String("0s".into()));
     cluster.insert("slow_start".into(), toml::Value::Table(slow_start));
-    // The simulator's clients do not hedge, so neither do the proxies it is compared with.
-    let mut hedge = toml::Table::new();
-    hedge.insert("enabled".into(), toml::Value::Boolean(false));
-    cluster.insert("hedge".into(), toml::Value::Table(hedge));
+    // A contender hedges only when the scenario says so (as the simulator's clients do), so
+    // that policies are otherwise compared on their own; the table is prequal-core's
+    // HedgeConfig, the same keys as the scenario's.
+    let off = HedgeConfig {
+        enabled: false,
+        ..HedgeConfig::default()
+    };
+    let hedge =
+        toml::Value::try_from(hedge.unwrap_or(&off)).map_err(|e| ExperimentError::Scenario {
+            key: "contenders".into(),
+            message: format!("cannot write the hedge table: {e}"),
+        })?;
+    cluster.insert("hedge".into(), hedge);
     let mut server = toml::Table::new();
     server.insert(
         "listen".into(),
@@ -252,14 +274,19 @@ fn prequal_config(
     })
 }
 
-/// HAProxy in HTTP mode with connection reuse towards the replicas.
+/// HAProxy in HTTP mode with connection reuse towards the replicas. Like the prequal proxy
+/// (`max_attempts = 3`, retries of connect failures and 5xx), it tries a request up to three
+/// times (`retries 2`), each retry on another replica (`option redispatch 1`), after a
+/// failed connection, a connection closed without a response, or a 5xx.
 fn haproxy_config(algorithm: &str, instance: &Instance, replicas: &[SocketAddr]) -> String {
     let mut out = String::new();
     let proto = if instance.http2 { " proto h2" } else { "" };
     let _ = writeln!(
         out,
         "global\n    maxconn 8000\n\ndefaults\n    mode http\n    timeout connect 5s\n    \
-         timeout client 120s\n    timeout server 120s\n    http-reuse always\n\n\
+         timeout client 120s\n    timeout server 120s\n    http-reuse always\n    \
+         retries 2\n    option redispatch 1\n    \
+         retry-on conn-failure empty-response 500 502 503 504\n\n\
          frontend experiment\n    bind {}{proto}\n    default_backend replicas\n\n\
          backend replicas\n    balance {algorithm}",
         instance.listen
@@ -270,7 +297,11 @@ fn haproxy_config(algorithm: &str, instance: &Instance, replicas: &[SocketAddr])
     out
 }
 
-/// nginx in the foreground with keep-alive connections to the replicas.
+/// nginx in the foreground with keep-alive connections to the replicas. Like the prequal
+/// proxy, it tries a request up to three times (`proxy_next_upstream_tries 3`), on another
+/// replica each time, after a failed connection, a timeout or a 5xx; nginx's own passive
+/// health check (a server with a failed try is left out for 10 s, `max_fails=1
+/// fail_timeout=10s`, its defaults) stays as it is.
 fn nginx_config(method: &str, instance: &Instance, replicas: &[SocketAddr]) -> String {
     let dir = instance.dir.display();
     let mut out = String::new();
@@ -296,7 +327,9 @@ fn nginx_config(method: &str, instance: &Instance, replicas: &[SocketAddr]) -> S
         "        keepalive 4096;\n    }}\n\n    server {{\n        listen {}{http2};\n        \
          location / {{\n            proxy_pass http://replicas;\n            \
          proxy_http_version 1.1;\n            proxy_set_header Connection \"\";\n            \
-         proxy_read_timeout 120s;\n        }}\n    }}\n}}\n",
+         proxy_read_timeout 120s;\n            \
+         proxy_next_upstream error timeout http_500 http_502 http_503 http_504;\n            \
+         proxy_next_upstream_tries 3;\n        }}\n    }}\n}}\n",
         instance.listen
     );
     out
@@ -339,6 +372,7 @@ mod tests {
         assert!(text.contains("bind 127.0.0.1:8080\n"));
         assert!(text.contains("server r0 127.0.0.1:9000"));
         assert!(text.contains("server r1 127.0.0.1:9001"));
+        assert!(text.contains("option redispatch 1"));
     }
 
     #[test]
@@ -354,12 +388,36 @@ mod tests {
     #[test]
     fn prequal_config_is_a_valid_proxy_config() {
         let policy = PolicyConfig::from_name("prequal").unwrap();
-        let text = prequal_config(&policy, &instance(), &replicas()).unwrap();
+        let text = prequal_config(&policy, None, &instance(), &replicas()).unwrap();
         let table: toml::Table = toml::from_str(&text).unwrap();
         assert_eq!(
             table["clusters"]["default"]["policy"]["name"].as_str(),
             Some("prequal")
         );
         assert_eq!(table["admin"]["enabled"].as_bool(), Some(false));
+        assert_eq!(
+            table["clusters"]["default"]["hedge"]["enabled"].as_bool(),
+            Some(false)
+        );
+    }
+
+    #[test]
+    fn a_hedged_contender_writes_its_hedge_config_into_the_proxy_config() {
+        let policy = PolicyConfig::from_name("prequal").unwrap();
+        let hedge = HedgeConfig {
+            percentile: 0.99,
+            delay: Some(std::time::Duration::from_millis(30)),
+            ..HedgeConfig::default()
+        };
+        let text = prequal_config(&policy, Some(&hedge), &instance(), &replicas()).unwrap();
+        let table: toml::Table = toml::from_str(&text).unwrap();
+        let written: HedgeConfig = table["clusters"]["default"]["hedge"]
+            .clone()
+            .try_into()
+            .unwrap();
+        assert_eq!(written, hedge);
+        // And the proxy itself accepts the file.
+        let config = prequal_proxy::config::ProxyConfig::from_toml(&text, "test").unwrap();
+        assert_eq!(config.clusters["default"].hedge, hedge);
     }
 }

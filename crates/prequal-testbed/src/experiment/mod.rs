@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
+use prequal_sim::engine::HedgeSummary;
 use prequal_sim::report::{Prediction, Report, RunResult};
 use prequal_sim::scenario::{Arrivals, Compiled};
 use serde::Serialize;
@@ -134,33 +135,17 @@ pub struct Plan {
 pub fn plan(compiled: &Compiled, options: &Options) -> Result<Plan, ExperimentError> {
     let sc = &compiled.scenario;
     let ex = &sc.experiment;
-    // Whole-replica faults are simulated only: refuse rather than run live without them.
-    if let Some(i) = sc.servers.episodes.iter().position(|e| e.fault.is_some()) {
-        return Err(ExperimentError::Scenario {
-            key: format!("servers.episodes[{i}].fault"),
-            message: "fault episodes (black-hole, host-down, killed) are simulated only; the \
-                      live backend does not carry them out yet (use `prequal sim`)"
-                .into(),
-        });
-    }
     let mut all = Vec::new();
-    // Hedging is simulated only until the proxy carries it out: such contenders are skipped.
-    let mut hedged = Vec::new();
-    for entry in &sc.contenders {
-        let label = prequal_sim::report::label_of(&entry.policy, None);
-        if entry
-            .hedge
-            .as_ref()
-            .or(sc.clients.hedge.as_ref())
-            .is_some_and(|h| h.enabled)
-        {
-            hedged.push(Skipped {
-                label: format!("{label} +hedge"),
-                reason: "hedging is simulated only (the proxy does not hedge yet)".into(),
-            });
-            continue;
-        }
-        all.push(Contender::prequal(label, entry.policy.clone()));
+    // Labels and hedging as the simulator plans them (` +hedge` for a contender that hedges,
+    // by its own `hedge` table or the scenario's `[clients.hedge]`); sweeps are not run live.
+    let mut unswept = compiled.clone();
+    unswept.scenario.sweep = None;
+    let runs = prequal_sim::report::plan(&unswept).map_err(|e| ExperimentError::Scenario {
+        key: "contenders".into(),
+        message: e.to_string(),
+    })?;
+    for run in runs {
+        all.push(Contender::prequal(run.label, run.contender, run.hedge));
     }
     let haproxy = ex
         .haproxy
@@ -207,7 +192,7 @@ pub fn plan(compiled: &Compiled, options: &Options) -> Result<Plan, ExperimentEr
         });
     }
     let mut contenders = Vec::new();
-    let mut skipped = hedged;
+    let mut skipped = Vec::new();
     for c in all {
         if !options.only.is_empty() && !options.only.contains(&c.label) {
             continue;
@@ -256,6 +241,90 @@ pub struct ContenderRecord {
     pub pids: Vec<u32>,
     /// Its folder of configs and logs, relative to the report.
     pub dir: String,
+    /// For prequal proxies: their counters at the end of the run, summed over the instances
+    /// (scraped from each admin listener's `/metrics`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<ProxyCounters>,
+}
+
+/// One prequal contender's row of the proxies' table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProxyRow {
+    /// The contender.
+    pub label: String,
+    /// Queries the load generator sent.
+    pub queries: u64,
+    /// The proxies' counters, summed.
+    pub counters: ProxyCounters,
+    /// Tries sent beyond one per query (retries and hedges), in percent of the queries.
+    pub extra_pct: f64,
+}
+
+/// A prequal proxy's counters at the end of a run (`/metrics`), summed over instances and
+/// labels.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ProxyCounters {
+    /// `prequal_proxy_requests_total`: requests received.
+    pub requests: u64,
+    /// `prequal_proxy_upstream_tries_total`: tries to replicas by outcome, counted as they
+    /// finish (first tries, retries and hedges).
+    pub upstream_tries: u64,
+    /// `prequal_proxy_retries_total`.
+    pub retries: u64,
+    /// `prequal_proxy_hedges_total`: hedged tries sent.
+    pub hedges: u64,
+    /// `prequal_proxy_hedges_won_total`: hedges that answered first.
+    pub hedges_won: u64,
+    /// `prequal_proxy_hedges_refused_total`: hedges the budget refused.
+    pub hedges_refused: u64,
+}
+
+impl ProxyCounters {
+    /// Adds the counters of one Prometheus text exposition.
+    pub fn add_exposition(&mut self, text: &str) {
+        for line in text.lines() {
+            if line.starts_with('#') {
+                continue;
+            }
+            let name_end = line.find(['{', ' ']).unwrap_or(line.len());
+            let Some(value) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else {
+                continue;
+            };
+            let slot = match &line[..name_end] {
+                "prequal_proxy_requests_total" => &mut self.requests,
+                "prequal_proxy_upstream_tries_total" => &mut self.upstream_tries,
+                "prequal_proxy_retries_total" => &mut self.retries,
+                "prequal_proxy_hedges_total" => &mut self.hedges,
+                "prequal_proxy_hedges_won_total" => &mut self.hedges_won,
+                "prequal_proxy_hedges_refused_total" => &mut self.hedges_refused,
+                _ => continue,
+            };
+            *slot += value.max(0.0) as u64;
+        }
+    }
+
+    /// The report's hedging line for `queries` queries: hedges sent, won and refused, and
+    /// the tries the proxies sent beyond one per query (hedges and retries alike: the
+    /// simulator does not retry, the proxies do). Tries are counted as sent, `queries +
+    /// retries + hedges`, not from `upstream_tries`, which counts tries by outcome when they
+    /// finish and has come out lower (docs/reliability.md).
+    pub fn hedge_summary(&self, queries: u64) -> HedgeSummary {
+        let tries = queries + self.retries + self.hedges;
+        let tries_per_query = if queries == 0 {
+            0.0
+        } else {
+            tries as f64 / queries as f64
+        };
+        HedgeSummary {
+            queries,
+            tries,
+            sent: self.hedges,
+            won: self.hedges_won,
+            refused: self.hedges_refused,
+            tries_per_query,
+            extra_pct: (tries_per_query - 1.0).max(0.0) * 100.0,
+        }
+    }
 }
 
 /// An experiment's results.
@@ -385,7 +454,13 @@ pub fn run(
                 scenario,
                 ..compiled.clone()
             };
-            let output = prequal_sim::engine::run(&adjusted, model, 1.0)?;
+            // The model hedges exactly when the contender does (never for HAProxy or nginx).
+            let output = prequal_sim::engine::run_with_hedge(
+                &adjusted,
+                model,
+                contender.hedge.as_ref(),
+                1.0,
+            )?;
             result.predicted = Some(Box::new(Prediction {
                 policy: model.name().to_string(),
                 measured: output.measured,
@@ -491,19 +566,22 @@ fn run_one(
     )?;
     let addrs = parse_replicas(&backend.stdout(), replicas)?;
     let (balancer, instances) = match contender.balancer {
-        Balancer::Prequal(_) => ("prequal proxy", plan.instances),
+        Balancer::Prequal(..) => ("prequal proxy", plan.instances),
         Balancer::Haproxy(_) => ("haproxy", plan.instances),
         Balancer::Nginx(_) => ("nginx", plan.instances),
         Balancer::Direct => ("direct", 0),
     };
     let program = contender.program().and_then(process::find_program);
     let mut proxies = Vec::new();
+    let mut admins = Vec::new();
     let mut targets = Vec::new();
     for i in 0..instances {
         let idir = dir.join(format!("{balancer}-{i}").replace(' ', "-"));
         std::fs::create_dir_all(&idir).map_err(io(format!("creating {}", idir.display())))?;
         let admin = match contender.balancer {
-            Balancer::Prequal(_) => Some(SocketAddr::from(([127, 0, 0, 1], process::free_port()?))),
+            Balancer::Prequal(..) => {
+                Some(SocketAddr::from(([127, 0, 0, 1], process::free_port()?)))
+            }
             _ => None,
         };
         let instance = Instance {
@@ -530,6 +608,7 @@ fn run_one(
         });
         pids.push(child.pid());
         proxies.push((child, instance.listen));
+        admins.extend(instance.admin);
     }
     for (child, listen) in &mut proxies {
         child.wait_listening(*listen, interrupted)?;
@@ -567,6 +646,19 @@ fn run_one(
     for (child, _) in &mut proxies {
         child.check_running()?;
     }
+    // Hedges, retries and tries, from each prequal proxy before it stops.
+    let proxy = if admins.is_empty() {
+        None
+    } else {
+        let mut counters = ProxyCounters::default();
+        for admin in &admins {
+            let text = runtime
+                .block_on(scrape_metrics(*admin))
+                .map_err(io(format!("reading http://{admin}/metrics")))?;
+            counters.add_exposition(&text);
+        }
+        Some(counters)
+    };
     drop(proxies);
     backend.stop();
     let record = ContenderRecord {
@@ -578,9 +670,10 @@ fn run_one(
         per_target: load.per_target.clone(),
         pids,
         dir: rel,
+        proxy: proxy.clone(),
     };
     let policy = match &contender.balancer {
-        Balancer::Prequal(p) => p.name().to_string(),
+        Balancer::Prequal(p, _) => p.name().to_string(),
         Balancer::Haproxy(a) => format!("haproxy {a}"),
         Balancer::Nginx(m) => format!("nginx {m}"),
         Balancer::Direct => "direct".into(),
@@ -593,11 +686,39 @@ fn run_one(
         output: prequal_sim::engine::RunOutput {
             events: 0,
             measured: load.measured,
-            hedging: None,
+            hedging: proxy.map(|p| p.hedge_summary(load.sent)),
         },
         predicted: None,
     };
     Ok((result, record))
+}
+
+/// The admin listener's `/metrics` text (HTTP/1.1, one connection, bounded in time).
+async fn scrape_metrics(admin: SocketAddr) -> std::io::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(admin).await?;
+        stream
+            .write_all(
+                format!("GET /metrics HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n")
+                    .as_bytes(),
+            )
+            .await?;
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).await?;
+        Ok::<_, std::io::Error>(String::from_utf8_lossy(&response).into_owned())
+    };
+    let response = tokio::time::timeout(Duration::from_secs(10), exchange)
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in 10 s"))??;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(std::io::Error::other(format!(
+            "unexpected answer: {}",
+            head.lines().next().unwrap_or("")
+        )));
+    }
+    Ok(body.to_string())
 }
 
 /// Resolves once `interrupted` is set (checked every 50 ms).
@@ -646,6 +767,90 @@ fn parse_replicas(stdout: &str, count: usize) -> Result<Vec<SocketAddr>, Experim
 }
 
 impl ExperimentReport {
+    /// The prequal proxies' counters, one row per prequal contender: queries sent, tries the
+    /// proxies sent, the extra tries in percent of the queries, retries, and hedges sent, won
+    /// and refused. Empty when no prequal contender ran.
+    pub fn proxy_rows(&self) -> Vec<ProxyRow> {
+        self.contenders
+            .iter()
+            .filter_map(|c| {
+                let p = c.proxy.as_ref()?;
+                let extra = p.hedge_summary(c.sent).extra_pct;
+                Some(ProxyRow {
+                    label: c.label.clone(),
+                    queries: c.sent,
+                    counters: p.clone(),
+                    extra_pct: extra,
+                })
+            })
+            .collect()
+    }
+
+    /// [`ExperimentReport::proxy_rows`] as a text table (empty without prequal contenders).
+    pub fn proxy_table(&self) -> String {
+        let rows = self.proxy_rows();
+        if rows.is_empty() {
+            return String::new();
+        }
+        let mut out = format!(
+            "{:<34} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}\n",
+            "prequal proxies", "queries", "extra", "retries", "hedges", "won", "refused", "tries"
+        );
+        for r in rows {
+            let c = &r.counters;
+            out.push_str(&format!(
+                "{:<34} {:>9} {:>7.2}% {:>8} {:>8} {:>8} {:>8} {:>9}\n",
+                r.label,
+                r.queries,
+                r.extra_pct,
+                c.retries,
+                c.hedges,
+                c.hedges_won,
+                c.hedges_refused,
+                c.upstream_tries
+            ));
+        }
+        out
+    }
+
+    /// [`ExperimentReport::proxy_rows`] as a Markdown table (empty without prequal contenders).
+    pub fn proxy_markdown(&self) -> String {
+        let rows = self.proxy_rows();
+        if rows.is_empty() {
+            return String::new();
+        }
+        let mut out = String::from(
+            "| prequal proxies | queries | extra | retries | hedges sent / won / refused | tries counted |\n\
+             |---|--:|--:|--:|--:|--:|\n",
+        );
+        for r in rows {
+            let c = &r.counters;
+            out.push_str(&format!(
+                "| {} | {} | {:.2}% | {} | {} / {} / {} | {} |\n",
+                r.label,
+                r.queries,
+                r.extra_pct,
+                c.retries,
+                c.hedges,
+                c.hedges_won,
+                c.hedges_refused,
+                c.upstream_tries
+            ));
+        }
+        out
+    }
+
+    /// The summary printed at the end and written to `summary.txt`: the simulator's table,
+    /// then the prequal proxies' tries, retries and hedges.
+    pub fn summary(&self) -> String {
+        let proxies = self.proxy_table();
+        if proxies.is_empty() {
+            self.report.table()
+        } else {
+            format!("{}\n{proxies}", self.report.table())
+        }
+    }
+
     /// Writes `report.json`, `summary.txt`, `summary.md`, the plots and `index.html` (a
     /// self-contained page with the table and the plots inline) into `dir`.
     pub fn write_to(&self, dir: &Path) -> Result<Vec<PathBuf>, ExperimentError> {
@@ -661,10 +866,16 @@ impl ExperimentReport {
         std::fs::write(&json, text + "\n").map_err(io(&json))?;
         written.push(json);
         let txt = dir.join("summary.txt");
-        std::fs::write(&txt, self.report.table()).map_err(io(&txt))?;
+        std::fs::write(&txt, self.summary()).map_err(io(&txt))?;
         written.push(txt);
         let md = dir.join("summary.md");
-        std::fs::write(&md, self.report.markdown_table()).map_err(io(&md))?;
+        let mut markdown = self.report.markdown_table();
+        let proxies = self.proxy_markdown();
+        if !proxies.is_empty() {
+            markdown.push('\n');
+            markdown.push_str(&proxies);
+        }
+        std::fs::write(&md, markdown).map_err(io(&md))?;
         written.push(md);
         let plots = prequal_sim::plot::write_plots(&self.report, dir)
             .map_err(|e| ExperimentError::Write(e.into()))?;
@@ -689,6 +900,33 @@ mod tests {
     fn slugs_are_folder_names() {
         assert_eq!(slug("haproxy random(2)"), "haproxy-random-2");
         assert_eq!(slug("prequal (q_rif=0.5)"), "prequal-q-rif-0.5");
+    }
+
+    #[test]
+    fn proxy_counters_sum_over_labels_and_give_the_extra_tries() {
+        let text = "# HELP prequal_proxy_hedges Hedged tries sent.\n\
+            # TYPE prequal_proxy_hedges counter\n\
+            prequal_proxy_hedges_total{cluster=\"default\"} 40\n\
+            prequal_proxy_hedges_won_total{cluster=\"default\"} 12\n\
+            prequal_proxy_hedges_refused_total{cluster=\"default\"} 3\n\
+            prequal_proxy_upstream_tries_total{cluster=\"default\",outcome=\"success\"} 1030\n\
+            prequal_proxy_upstream_tries_total{cluster=\"default\",outcome=\"error\"} 20\n\
+            prequal_proxy_retries_total{cluster=\"default\"} 10\n\
+            prequal_proxy_requests_total 1000\n";
+        let mut counters = ProxyCounters::default();
+        counters.add_exposition(text);
+        counters.add_exposition(text);
+        assert_eq!(counters.hedges, 80);
+        assert_eq!(counters.hedges_won, 24);
+        assert_eq!(counters.hedges_refused, 6);
+        assert_eq!(counters.upstream_tries, 2100);
+        assert_eq!(counters.retries, 20);
+        assert_eq!(counters.requests, 2000);
+        let summary = counters.hedge_summary(2000);
+        // 20 retries and 80 hedges over 2000 queries.
+        assert!((summary.extra_pct - 5.0).abs() < 1e-9, "{summary:?}");
+        assert_eq!(summary.tries, 2100);
+        assert_eq!(summary.sent, 80);
     }
 
     #[test]

@@ -98,6 +98,34 @@ pub fn render(report: &ExperimentReport, svgs: &[(&str, String)]) -> String {
         );
     }
     out.push_str("</table>\n");
+    let rows = report.proxy_rows();
+    if !rows.is_empty() {
+        out.push_str(
+            "<p class=\"note\">The prequal proxies' own counters (admin <code>/metrics</code>), \
+             summed over instances: the tries sent beyond one per query (retries and hedges), \
+             retries, hedges sent, won and refused by the hedge budget, and the tries counted \
+             by outcome (<code>prequal_proxy_upstream_tries_total</code>).</p>\n\
+             <table><tr><th>prequal proxies</th><th>queries</th><th>extra</th><th>retries</th>\
+             <th>hedges sent</th><th>won</th><th>refused</th><th>tries counted</th></tr>\n",
+        );
+        for r in rows {
+            let c = &r.counters;
+            let _ = writeln!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{:.2}%</td><td>{}</td><td>{}</td><td>{}</td>\
+                 <td>{}</td><td>{}</td></tr>",
+                esc(&r.label),
+                r.queries,
+                r.extra_pct,
+                c.retries,
+                c.hedges,
+                c.hedges_won,
+                c.hedges_refused,
+                c.upstream_tries
+            );
+        }
+        out.push_str("</table>\n");
+    }
     if !report.skipped.is_empty() {
         out.push_str("<p>Not run:</p><ul>\n");
         for s in &report.skipped {
