@@ -128,7 +128,7 @@ pub async fn forward(
                 break;
             }
             let last = attempts + 1 == config.max_attempts;
-            let Some(next) = tries.start(attempts == 0, false, last).await else {
+            let Some(next) = tries.start(attempts == 0, false, Strict::No, last).await else {
                 break;
             };
             running.push(next);
@@ -148,7 +148,7 @@ pub async fn forward(
                 match cluster.poll_hedge(started, hedges_sent) {
                     Some(Ok(())) => {
                         let last = attempts + 1 == config.max_attempts;
-                        if let Some(next) = tries.start(false, true, last).await {
+                        if let Some(next) = tries.start(false, true, Strict::Yes, last).await {
                             running.push(next);
                             attempts += 1;
                             hedges_sent += 1;
@@ -170,7 +170,16 @@ pub async fn forward(
             // Dropping the tries still in flight cancels them.
             return response;
         }
-        // A failed try: wait for the others if any are left, or else retry (above).
+        // A failed try while others are still out: one of them may be hung (a black hole holds
+        // it until `try_timeout`), so a retryable failure is retried at once beside them, on a
+        // replica this request has not tried. With none left out, the retry comes above.
+        if !running.is_empty() && tries.may_retry(attempts, Some(&step), may_retry_failures) {
+            let last = attempts + 1 == config.max_attempts;
+            if let Some(next) = tries.start(false, false, Strict::Yes, last).await {
+                running.push(next);
+                attempts += 1;
+            }
+        }
         failure = Some(step);
     }
     match failure {
@@ -217,15 +226,18 @@ struct Tries<'a> {
 }
 
 impl<'a> Tries<'a> {
-    /// Picks a replica and starts a try there (a `hedge` only on a replica this request has not
-    /// tried); `None` when no replica is available or the body cannot be sent again. `last` marks the last try the request may make, which takes the
-    /// headers instead of copying them.
-    async fn start(&mut self, first: bool, hedge: bool, last: bool) -> Option<TryFuture<'a>> {
+    /// Picks a replica and starts a try there (`strict`: only on a replica this request has not
+    /// tried; `hedge` labels it for the metrics); `None` when no replica is available or the
+    /// body cannot be sent again. `last` marks the last try the request may make, which takes
+    /// the headers instead of copying them.
+    async fn start(
+        &mut self,
+        first: bool,
+        hedge: bool,
+        strict: Strict,
+        last: bool,
+    ) -> Option<TryFuture<'a>> {
         let body = self.body.for_try()?;
-        let strict = match hedge {
-            true => Strict::Yes,
-            false => Strict::No,
-        };
         let chosen = self.cluster.pick(first, &self.tried, strict).await?;
         self.tried.push(chosen.replica);
         let headers = match last {

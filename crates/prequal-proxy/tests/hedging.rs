@@ -149,3 +149,31 @@ async fn budget_bounds_hedges(proto: Proto) {
     assert_eq!(sent + counter(&text, "hedges_refused_total"), 60.0);
 }
 over_h1_and_h2!(the_hedge_budget_bounds_the_extra_load, budget_bounds_hedges);
+
+async fn failed_hedge_beside_a_hung_try(proto: Proto) {
+    let backends = futures_join(3).await;
+    // One replica hangs, one answers 502 at once, one works.
+    backends[0].set_delay_ms(60_000);
+    backends[1].set_status(502);
+    let refs: Vec<&Backend> = backends.iter().collect();
+    let extra = "outlier_ejection = false\nhedge = { delay = \"5ms\", ratio = 1.0 }";
+    let proxy = start_proxy(&config_text(&refs, proto, "\"round-robin\"", extra)).await;
+    let client = client(proto);
+    // Whichever order round robin takes, a try that fails while the hung one is still out is
+    // retried at once on the replica left, instead of waiting for the hung try.
+    for i in 0..12 {
+        let status = send_within(
+            &client,
+            proxy.addr,
+            "GET",
+            Vec::new(),
+            Duration::from_secs(2),
+        )
+        .await;
+        assert_eq!(status, Some(200), "request {i}");
+    }
+}
+over_h1_and_h2!(
+    a_try_that_fails_beside_a_hung_one_is_retried_at_once,
+    failed_hedge_beside_a_hung_try
+);
