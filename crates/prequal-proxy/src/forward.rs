@@ -16,7 +16,8 @@
 //! simulator runs. A try that fails while another is still running does not end the request:
 //! the other may still answer.
 //!
-//! What is retried once every try in flight has failed, always within the retry budget:
+//! What is retried, always within the retry budget, at once if another try of the request is
+//! still in flight (it may be hung) and otherwise once every try has failed:
 //! - a connection that could not be opened (nothing reached the replica, so any method);
 //! - a 5xx response or a timed-out try, for idempotent methods (GET, HEAD, OPTIONS, TRACE, PUT,
 //!   DELETE) or every method when the cluster sets `retry_non_idempotent`. Only these requests
