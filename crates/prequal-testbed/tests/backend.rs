@@ -4,99 +4,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+mod common;
+
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::{Request, StatusCode, Version};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use http::StatusCode;
 use prequal_core::{EstimatorConfig, LoadReport, Time};
-use prequal_server::protocol;
 use prequal_sim::model::ServersSpec;
 use prequal_testbed::backend::{Backend, BackendSpec, Bind, REPLICA_HEADER};
 
-const BOUND: Duration = Duration::from_secs(20);
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Proto {
-    Http1,
-    Http2,
-}
-
-type TestClient = Client<HttpConnector, Full<Bytes>>;
-
-fn client(proto: Proto) -> TestClient {
-    let mut builder = Client::builder(TokioExecutor::new());
-    builder.http2_only(proto == Proto::Http2);
-    builder.build(HttpConnector::new())
-}
-
-async fn get(
-    client: &TestClient,
-    proto: Proto,
-    addr: SocketAddr,
-    path: &str,
-) -> (StatusCode, http::HeaderMap, Bytes) {
-    let version = if proto == Proto::Http2 {
-        Version::HTTP_2
-    } else {
-        Version::HTTP_11
-    };
-    let request = Request::get(format!("http://{addr}{path}"))
-        .version(version)
-        .body(Full::new(Bytes::new()))
-        .unwrap();
-    let response = tokio::time::timeout(BOUND, client.request(request))
-        .await
-        .unwrap()
-        .unwrap();
-    let (parts, body) = response.into_parts();
-    let body = tokio::time::timeout(BOUND, body.collect())
-        .await
-        .unwrap()
-        .unwrap()
-        .to_bytes();
-    (parts.status, parts.headers, body)
-}
-
-async fn probe(client: &TestClient, proto: Proto, addr: SocketAddr) -> LoadReport {
-    let (status, _, body) = get(client, proto, addr, &protocol::probe_path_and_query(None)).await;
-    assert_eq!(status, StatusCode::OK);
-    protocol::parse_reply(&body).unwrap()
-}
-
-async fn start(servers: &str, replicas: u32) -> Backend {
-    let servers: ServersSpec = toml::from_str(servers).unwrap();
-    let spec = BackendSpec::new(servers, EstimatorConfig::default(), 7, Path::new(".")).unwrap();
-    let bind = Bind {
-        host: IpAddr::V4(Ipv4Addr::LOCALHOST),
-        base_port: 0,
-        first: 0,
-        replicas,
-        drain: Duration::from_millis(200),
-        piggyback: false,
-    };
-    Backend::start(&spec, bind).await.unwrap()
-}
-
-macro_rules! both_protocols {
-    ($name:ident) => {
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn http1() {
-                super::$name(super::Proto::Http1).await;
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn http2() {
-                super::$name(super::Proto::Http2).await;
-            }
-        }
-    };
-}
+use common::*;
 
 /// Slow episode on replica 0: 2 ms queries become 40 ms from 300 ms after the start. Probe
 /// replies must report at least 40 ms within 16 completions (the estimator's `min_samples`)
@@ -110,7 +29,7 @@ async fn slow_episode_shows_in_probe_replies(proto: Proto) {
            start = "300ms"
            end = "1h"
            slow = 20.0"#,
-        2,
+        Some(2),
     )
     .await;
     let addr = backend.addrs()[0];
@@ -155,7 +74,7 @@ async fn capacity_model_shares_the_cpu(proto: Proto) {
            [capacity]
            cost = { kind = "constant", value = "100ms" }
            allocation_cores = 1.0"#,
-        1,
+        Some(1),
     )
     .await;
     let addr = backend.addrs()[0];
@@ -209,7 +128,7 @@ async fn error_episode_and_speed(proto: Proto) {
            end = "1h"
            error_rate = 1.0
            error_latency = "1ms""#,
-        2,
+        Some(2),
     )
     .await;
     let (failing, slow) = (backend.addrs()[0], backend.addrs()[1]);
@@ -294,7 +213,7 @@ async fn capacity_loss_episode_slows_cpu_work() {
            start = "200ms"
            end = "1h"
            capacity_loss = 0.5"#,
-        1,
+        Some(1),
     )
     .await;
     let tracker = backend.replicas().next().unwrap().tracker();
