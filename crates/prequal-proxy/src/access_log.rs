@@ -67,8 +67,9 @@ fn usable(id: &HeaderValue) -> bool {
 /// What the response's extensions say about the tries behind it.
 #[derive(Debug, Clone, Default)]
 pub struct Served {
-    /// The replica whose answer was used.
-    pub replica: Option<String>,
+    /// The replica whose answer was used (an `Authority` clones without copying its text,
+    /// which matters since every try records one, access log or not).
+    pub replica: Option<http::uri::Authority>,
     /// Tries sent, retries and hedges included.
     pub tries: u32,
     /// Whether the answer came from a hedge.

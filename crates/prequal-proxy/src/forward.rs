@@ -355,7 +355,7 @@ async fn one_try(
     let mut step = relay(response, guard);
     let (Step::Done(response) | Step::Failed { response, .. }) = &mut step;
     response.extensions_mut().insert(Served {
-        replica: Some(authority.to_string()),
+        replica: Some(authority),
         ..Served::default()
     });
     step

@@ -447,7 +447,7 @@ async fn handle(
             path: &path,
             status: response.status().as_u16(),
             cluster: cluster.as_ref().map(|c| c.name()),
-            replica: served.replica.as_deref(),
+            replica: served.replica.as_ref().map(|a| a.as_str()),
             tries: served.tries,
             hedged: served.hedged,
             duration_ms: Entry::millis(start.elapsed()),
