@@ -101,6 +101,10 @@ pub struct ExperimentSpec {
     /// `least_conn`, `random two least_conn`; `[]` for none).
     #[serde(default)]
     pub nginx: Option<Vec<String>>,
+    /// Traefik v3 load-balancer strategies to run when Traefik is installed (default: `wrr`,
+    /// `p2c`, `leasttime`; `[]` for none).
+    #[serde(default)]
+    pub traefik: Option<Vec<String>>,
     /// Also run the load straight at the replicas, spread round robin (default false).
     #[serde(default)]
     pub direct: bool,

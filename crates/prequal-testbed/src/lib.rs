@@ -5,7 +5,7 @@
 //! - [`backend`]: emulated replicas (`prequal backend`) driven by the simulator's server model,
 //!   so one scenario file describes the replicas in simulation and on the testbed.
 //! - [`experiment`]: `prequal experiment`, a scenario run live with each contender in turn
-//!   (prequal proxies, HAProxy, nginx) against fresh replicas, and its report.
+//!   (prequal proxies, HAProxy, nginx, Traefik) against fresh replicas, and its report.
 //! - [`loadgen`]: the open-loop load generator (`prequal loadgen`), latency timed from each
 //!   query's intended send time.
 

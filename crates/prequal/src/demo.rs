@@ -2,7 +2,7 @@
 //!
 //! Eleven emulated replicas answer in about 167 ms; one is pinned at 2 s for the middle half of
 //! the run. Round robin, least-loaded, peak EWMA and Prequal (each as a `prequal proxy`), and
-//! HAProxy's `leastconn` when HAProxy is installed, each face it in turn at 1000 queries per
+//! HAProxy's `leastconn` and Traefik's `leasttime` when they are installed, each face it in turn at 1000 queries per
 //! second on a 9 s schedule (0.15 of the original 60 s). The command prints the comparison table
 //! (p50, p99, p99.9, share within 1 s, and the simulator's prediction beside each) and where the
 //! report is. `--sim` runs the same comparison in the simulator instead (30 s schedule, well
@@ -37,7 +37,7 @@ pub struct Args {
     /// Run the comparison in the simulator (virtual time) instead of live.
     #[arg(long)]
     pub sim: bool,
-    /// Leave out HAProxy even when it is installed.
+    /// Leave out HAProxy and Traefik even when they are installed.
     #[arg(long)]
     pub no_external: bool,
 }
@@ -62,6 +62,7 @@ pub fn run(args: &Args) -> Result<()> {
         s.sweep = None;
         s.experiment.haproxy = Some(vec!["leastconn".into()]);
         s.experiment.nginx = Some(Vec::new());
+        s.experiment.traefik = Some(vec!["leasttime".into()]);
         s.scale_time(LIVE_TIME_SCALE);
     })?;
     let out = args

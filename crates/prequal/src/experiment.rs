@@ -1,7 +1,7 @@
 //! `prequal experiment SCENARIO.toml`: the scenario live on loopback, each contender in turn.
 //!
-//! Contenders are the scenario's policies (each run as `prequal proxy`), HAProxy and nginx with
-//! the algorithms of its `[experiment]` section when they are installed (skipped with a message
+//! Contenders are the scenario's policies (each run as `prequal proxy`), HAProxy, nginx and
+//! Traefik with the algorithms of its `[experiment]` section when they are installed (skipped with a message
 //! when not), and optionally the load straight at the replicas. Every contender gets fresh
 //! replicas (`prequal backend`) and the same open-loop load. The command prints one line per
 //! second while a contender runs, the comparison table at the end, and writes the report folder
@@ -33,10 +33,10 @@ pub struct Args {
     #[arg(long, default_value_t = 1.0)]
     pub time_scale: f64,
     /// Run only this contender (repeatable), by its label: a policy name, `haproxy leastconn`,
-    /// `nginx least_conn`, `direct (client round robin)`.
+    /// `nginx least_conn`, `traefik leasttime`, `direct (client round robin)`.
     #[arg(long)]
     pub only: Vec<String>,
-    /// Leave out HAProxy and nginx even when installed.
+    /// Leave out HAProxy, nginx and Traefik even when installed.
     #[arg(long)]
     pub no_external: bool,
     /// Do not simulate each contender beside the live run.

@@ -31,7 +31,7 @@ enum Command {
     Sim(sim::Args),
     /// The Beyond Round Robin comparison, live on loopback, in about a minute (`--sim`: simulated).
     Demo(demo::Args),
-    /// Run a scenario live: each contender (prequal proxies, HAProxy, nginx) against fresh
+    /// Run a scenario live: each contender (prequal proxies, HAProxy, nginx, Traefik) against fresh
     /// emulated replicas, with an HTML report.
     Experiment(experiment::Args),
     /// Track one replica's load and answer probes in front of it (HTTP/1.1 and HTTP/2).

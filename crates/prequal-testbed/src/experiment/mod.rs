@@ -2,7 +2,7 @@
 //!
 //! For each contender the runner starts fresh emulated replicas (`prequal backend`, as a child
 //! process, from the scenario's `[servers]`), the contender's balancers (`prequal proxy` with a
-//! core policy, HAProxy or nginx with one of their algorithms, as many independent instances as
+//! core policy, HAProxy, nginx or Traefik with one of their algorithms, as many independent instances as
 //! the scenario asks for, or none for `direct`), then drives the scenario's load schedule
 //! through them with the open-loop load generator ([`crate::loadgen`]), and stops every process
 //! again: on success, on failure, and after SIGINT/SIGTERM ([`process::Child`]). Replicas and
@@ -97,7 +97,7 @@ pub struct Options {
     pub out: PathBuf,
     /// The `prequal` executable that runs `backend` and `proxy`.
     pub prequal_exe: PathBuf,
-    /// Run HAProxy and nginx contenders when installed.
+    /// Run HAProxy, nginx and Traefik contenders when installed.
     pub external: bool,
     /// Run only the contenders whose label is listed (all when empty).
     pub only: Vec<String>,
@@ -164,6 +164,16 @@ pub fn plan(compiled: &Compiled, options: &Options) -> Result<Plan, ExperimentEr
     for (i, method) in nginx.iter().enumerate() {
         all.push(Contender::nginx(method, &format!("experiment.nginx[{i}]"))?);
     }
+    let traefik = ex
+        .traefik
+        .clone()
+        .unwrap_or_else(|| contender::DEFAULT_TRAEFIK.map(String::from).to_vec());
+    for (i, strategy) in traefik.iter().enumerate() {
+        all.push(Contender::traefik(
+            strategy,
+            &format!("experiment.traefik[{i}]"),
+        )?);
+    }
     if ex.direct {
         all.push(Contender::direct());
     }
@@ -204,7 +214,10 @@ pub fn plan(compiled: &Compiled, options: &Options) -> Result<Plan, ExperimentEr
             }),
             Some(program) if process::find_program(program).is_none() => skipped.push(Skipped {
                 label: c.label.clone(),
-                reason: format!("{program} is not installed (apt-get install -y {program})"),
+                reason: format!(
+                    "{program} is not installed ({})",
+                    c.install_hint().unwrap_or("install it")
+                ),
             }),
             _ => contenders.push(c),
         }
@@ -227,7 +240,7 @@ pub fn plan(compiled: &Compiled, options: &Options) -> Result<Plan, ExperimentEr
 pub struct ContenderRecord {
     /// Its label.
     pub label: String,
-    /// `prequal proxy`, `haproxy`, `nginx` or `direct`.
+    /// `prequal proxy`, `haproxy`, `nginx`, `traefik` or `direct`.
     pub balancer: String,
     /// Balancer instances.
     pub instances: u32,
@@ -454,7 +467,7 @@ pub fn run(
                 scenario,
                 ..compiled.clone()
             };
-            // The model hedges exactly when the contender does (never for HAProxy or nginx).
+            // The model hedges exactly when the contender does (never for HAProxy, nginx or Traefik).
             let output = prequal_sim::engine::run_with_hedge(
                 &adjusted,
                 model,
@@ -569,6 +582,7 @@ fn run_one(
         Balancer::Prequal(..) => ("prequal proxy", plan.instances),
         Balancer::Haproxy(_) => ("haproxy", plan.instances),
         Balancer::Nginx(_) => ("nginx", plan.instances),
+        Balancer::Traefik(_) => ("traefik", plan.instances),
         Balancer::Direct => ("direct", 0),
     };
     let program = contender.program().and_then(process::find_program);
@@ -676,6 +690,7 @@ fn run_one(
         Balancer::Prequal(p, _) => p.name().to_string(),
         Balancer::Haproxy(a) => format!("haproxy {a}"),
         Balancer::Nginx(m) => format!("nginx {m}"),
+        Balancer::Traefik(s) => format!("traefik {s}"),
         Balancer::Direct => "direct".into(),
     };
     let result = RunResult {
