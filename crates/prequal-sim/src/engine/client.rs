@@ -43,6 +43,8 @@ struct Request {
     tried: Vec<u32>,
     /// Hedges decided so far.
     hedges: u32,
+    /// Tries that failed fast: each is replaced without using up a hedge of `max_hedges`.
+    failed: u32,
     /// The hedge wake-up armed for this query, if any.
     hedge_at: Option<Time>,
 }
@@ -173,6 +175,7 @@ impl Sim<'_> {
                     tries: vec![query],
                     tried: Vec::new(),
                     hedges: 0,
+                    failed: 0,
                     hedge_at: None,
                 });
                 if let Some(slot) = client.queries.get_mut(query) {

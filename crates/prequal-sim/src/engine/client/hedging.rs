@@ -223,11 +223,16 @@ impl Sim<'_> {
         };
         request.tries.retain(|&t| t != query);
         if outcome == Outcome::Error {
-            // Another try may still succeed: wait for it; with none out, hedge at once if the
-            // hedger allows (gRPC's hedging on a non-fatal status), else the query fails.
+            // A try that failed fast is replaced at once, on a replica the query has not tried,
+            // if the budget allows (gRPC's hedging on a non-fatal status), also while another
+            // try is still out: that one may be stuck on a hung replica, and the proxy, too,
+            // retries a failed try beside the others. A failed try does not use up one of
+            // `max_hedges`; the budget and the replicas not yet tried bound the replacements.
+            // Without one, the query waits for its other tries, or fails with none out.
+            request.failed += 1;
             let waiting = !request.tries.is_empty();
-            let hedge_now =
-                !waiting && h.hedger.poll_hedge_on_error(request.hedges, now) == HedgeDecision::Now;
+            let unspent = request.hedges.saturating_sub(request.failed);
+            let hedge_now = h.hedger.poll_hedge_on_error(unspent, now) == HedgeDecision::Now;
             request.hedges += u32::from(hedge_now);
             if hedge_now {
                 self.send_hedge(c, key);
