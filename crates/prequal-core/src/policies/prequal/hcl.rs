@@ -9,7 +9,7 @@
 //! exact: `q_rif = 1` calls nothing hot (latency-only control) and `q_rif = 0` calls everything
 //! hot (RIF-only control). Prequal paper, section 4, "Replica selection".
 //!
-//! Our addition, the **latency band** (`latency_band`, default 1.0; 0 is the paper's rule):
+//! Our addition, the **latency band** (`latency_band`, default 1.5; 0 is the paper's rule):
 //! cold replies whose latency is within `1 + band` times the lowest cold latency in the pool
 //! count as equally fast, and among them the lowest RIF wins (ties to the lower latency); cold
 //! replies beyond the band still rank by latency after them. The band is `latency_band` scaled

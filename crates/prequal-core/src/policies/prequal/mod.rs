@@ -24,7 +24,7 @@
 //!   2^−0.25 ≈ 0.84) of recently reported RIFs. The cold reply with the lowest latency wins; if
 //!   all are hot, the lowest RIF wins. With fewer than two replies, a uniformly random replica.
 //!   Our departure from the paper, on by default (`latency_band = 0` is the paper's rule): cold
-//!   replies within (1 + `latency_band`) × the lowest cold latency (default 1.0: twice) count as
+//!   replies within (1 + `latency_band`) × the lowest cold latency (default 1.5: 2.5 times) count as
 //!   equally fast and the lowest RIF among them wins. See [`hcl`].
 //! - **Error aversion.** Replies from replicas whose recent error share exceeds
 //!   `error_threshold` rank after all others, so a replica that fails fast cannot sinkhole

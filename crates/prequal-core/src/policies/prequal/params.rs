@@ -24,9 +24,9 @@ pub const DELTA: f64 = 1.0;
 pub const REMOVE_RATE: f64 = 1.0;
 /// Default q_rif = 2^−0.25.
 pub const Q_RIF: f64 = 0.840_896_415_253_714_5;
-/// Default latency band of HCL's cold pick: replies within twice the fastest cold latency count
-/// as equally fast (0 is the paper's rule; see `hcl.rs` and docs/policies.md).
-pub const LATENCY_BAND: f64 = 1.0;
+/// Default latency band of HCL's cold pick: replies within 2.5 times the fastest cold latency
+/// count as equally fast (0 is the paper's rule; see `hcl.rs` and docs/policies.md).
+pub const LATENCY_BAND: f64 = 1.5;
 /// Default idle-probe period: a tenth of the age limit, so an idle client, sending one probe
 /// per period, still holds about ten fresh replies, well above the two HCL needs.
 pub const MAX_IDLE: Duration = Duration::from_millis(100);
@@ -86,7 +86,7 @@ pub const Q_RIF_DOC: ParamDoc = ParamDoc {
 /// `latency_band`.
 pub const LATENCY_BAND_DOC: ParamDoc = ParamDoc {
     key: "latency_band",
-    default: "1.0",
+    default: "1.5",
     doc: "cold replies whose latency is within (1 + band) × the lowest cold latency in the pool \
           rank by RIF, before the other cold ones; band = latency_band × min(1, pool size / \
           replicas); >= 0; 0 is the paper's HCL",

@@ -161,7 +161,8 @@ const Q_RIF_DEFAULT: f64 = params::Q_RIF;
 
 #[test]
 fn the_default_latency_band_prefers_the_lower_rif_among_comparable_latencies() {
-    // (RIF, ms): the fastest is busy; one within twice its latency is idle; one is slow.
+    // (RIF, ms): the fastest is busy; two within 2.5 times its latency are idle, the faster of
+    // them wins the tie.
     let replies = [(4, 10), (0, 18), (0, 25), (6, 12)];
     assert_eq!(
         choose_with(1.0, &replies),
@@ -171,9 +172,9 @@ fn the_default_latency_band_prefers_the_lower_rif_among_comparable_latencies() {
     assert_eq!(
         choose_banded(1.0, params::LATENCY_BAND, &replies),
         ReplicaId(1),
-        "band: lowest RIF within 2 × 10 ms"
+        "band: lowest RIF within 2.5 × 10 ms"
     );
-    assert_eq!(Config::default().latency_band, 1.0);
+    assert_eq!(Config::default().latency_band, 1.5);
 }
 
 #[test]
