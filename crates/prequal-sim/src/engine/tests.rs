@@ -61,6 +61,52 @@ steps = [{ duration = "3s", level = 400.0 }]
         }
     }
 
+    /// Round robin over four replicas: 0 never answers, 1 refuses every query, 2 and 3 are
+    /// healthy. A query must never be left waiting on replica 0 because its other try failed.
+    const HUNG_AND_KILLED: &str = r#"
+contenders = ["round-robin"]
+latency_objective = "1s"
+[servers]
+count = 4
+latency = { kind = "normal", mean = "10ms", sd = "1ms" }
+[[servers.episodes]]
+servers = [0]
+start = "0s"
+end = "10s"
+fault = "black-hole"
+[[servers.episodes]]
+servers = [1]
+start = "0s"
+end = "10s"
+fault = "killed"
+[clients]
+count = 1
+deadline = "3s"
+[load]
+steps = [{ duration = "2s", level = 50.0 }]
+"#;
+
+    #[test]
+    fn a_try_that_fails_fast_is_replaced_even_while_another_hangs() {
+        let compiled = Box::leak(Box::new(
+            Scenario::parse(HUNG_AND_KILLED, Path::new("t.toml")).unwrap(),
+        ));
+        let policy = PolicyConfig::from_name("round-robin").unwrap();
+        let config = HedgeConfig {
+            delay: Some(Duration::from_millis(30)),
+            ratio: 1.0,
+            ..HedgeConfig::default()
+        };
+        let mut sim = Sim::new(compiled, &policy, Some(&config), 1.0).unwrap();
+        sim.start();
+        sim.drive();
+        let summary = sim.recorder.finish().summary;
+        assert!(summary.queries > 90, "{summary:?}");
+        assert_eq!(summary.timeouts, 0, "{summary:?} {:?}", sim.hedge_summary());
+        assert_eq!(summary.errors, 0, "{summary:?}");
+        assert_eq!(summary.successes, summary.queries, "{summary:?}");
+    }
+
     #[test]
     fn same_seed_same_hedged_run() {
         let config = HedgeConfig::default();

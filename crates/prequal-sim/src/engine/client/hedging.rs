@@ -79,7 +79,9 @@ impl Sim<'_> {
         if request.hedge_at.is_some() {
             return;
         }
-        match h.hedger.poll_hedge(first_sent, request.hedges, now) {
+        // Tries that failed fast were replaced at once and do not count against `max_hedges`.
+        let unspent = request.hedges.saturating_sub(request.failed);
+        match h.hedger.poll_hedge(first_sent, unspent, now) {
             HedgeDecision::Never => {}
             HedgeDecision::At(at) => {
                 request.hedge_at = Some(at);
