@@ -78,22 +78,27 @@ impl ClientTls {
         &self,
         authority: &Authority,
     ) -> Result<ServerName<'static>, std::io::Error> {
-        if let Some(name) = &self.server_name {
-            return Ok(name.clone());
+        match &self.server_name {
+            Some(name) => Ok(name.clone()),
+            None => host_name(authority),
         }
-        // `[::1]` is a host in an authority, `::1` an address to ServerName.
-        let host = authority.host();
-        let host = host
-            .strip_prefix('[')
-            .and_then(|h| h.strip_suffix(']'))
-            .unwrap_or(host);
-        ServerName::try_from(host.to_string()).map_err(|e| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("replica host {host:?} is no TLS server name ({e}); set tls.server_name"),
-            )
-        })
     }
+}
+
+/// The replica's own host as a TLS server name: a DNS name, or an IP address.
+fn host_name(authority: &Authority) -> Result<ServerName<'static>, std::io::Error> {
+    // `[::1]` is a host in an authority, `::1` an address to ServerName.
+    let host = authority.host();
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    ServerName::try_from(host.to_string()).map_err(|e| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("replica host {host:?} is no TLS server name ({e}); set tls.server_name"),
+        )
+    })
 }
 
 impl watch::Reload for ClientTls {
@@ -193,4 +198,26 @@ fn roots(prefix: &str, config: &UpstreamTlsConfig) -> Result<RootCertStore, TlsE
         }
     }
     Ok(roots)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_replica_host_is_the_default_server_name() {
+        let name = |text: &str| host_name(&text.parse::<Authority>().unwrap());
+        assert_eq!(
+            name("replica.test:443").unwrap(),
+            ServerName::try_from("replica.test").unwrap()
+        );
+        assert_eq!(
+            name("[::1]:443").unwrap(),
+            ServerName::try_from("::1").unwrap()
+        );
+        assert_eq!(
+            name("127.0.0.1:8443").unwrap(),
+            ServerName::try_from("127.0.0.1").unwrap()
+        );
+    }
 }
