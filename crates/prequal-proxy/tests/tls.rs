@@ -367,6 +367,48 @@ async fn sni_picks_the_certificate() {
     );
 }
 
+async fn drain_finishes_requests_and_closes_tls_connections(proto: Proto) {
+    let dir = Dir::new("drain");
+    let ca = Ca::new("test CA");
+    let (cert, key) = dir.leaf("proxy", &ca.server(&["proxy.test"]));
+    let backend = Backend::start().await;
+    backend.set_delay_ms(300);
+    // A drain limit far beyond the test's guard: only closing the connections ends it. Two
+    // data-plane threads: the first connection goes to the second thread, whose runtime ends
+    // with its drain, so a connection it does not watch would be cut there.
+    let text = (config_text(&[&backend], proto, "\"round-robin\"", "") + &server_tls(&cert, &key))
+        .replace(
+            "drain_timeout = \"5s\"",
+            "drain_timeout = \"1h\"\nworker_threads = 2",
+        );
+    let mut proxy = start_proxy(&text).await;
+    let mut busy = Conn::with_alpn(proxy.addr, ca.roots(), "proxy.test", proto).await;
+    let mut idle = Conn::with_alpn(proxy.addr, ca.roots(), "proxy.test", proto).await;
+    assert_eq!(idle.get("/work").await.0, 200);
+    let in_flight = tokio::spawn(async move { busy.get("/work").await.0 });
+    for _ in 0..400 {
+        if backend.in_flight.load(Ordering::SeqCst) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    proxy.shutdown();
+    assert_eq!(
+        in_flight.await.unwrap(),
+        200,
+        "the request in flight finishes"
+    );
+    tokio::time::timeout(GUARD, &mut proxy.task)
+        .await
+        .expect("the drain closed the TLS connections")
+        .unwrap();
+}
+
+over_h1_and_h2!(
+    drain_over,
+    drain_finishes_requests_and_closes_tls_connections
+);
+
 // --- Reload ------------------------------------------------------------------------------
 
 async fn certificates_reload_without_dropping_connections(proto: Proto) {
