@@ -1,8 +1,9 @@
 //! The proxy's configuration: a TOML file, or the same structure built from command-line flags.
 //!
-//! A config has a `[server]` table (the data-plane listener and its limits), an `[admin]` table
-//! (the admin listener), one `[clusters.NAME]` table per upstream cluster (its replicas, its
-//! balancing policy from prequal-core, timeouts, retries, outlier ejection, slow start) and an
+//! A config has a `[server]` table (the data-plane listener and its limits, and `[server.tls]`
+//! to terminate TLS), an `[admin]` table (the admin listener), one `[clusters.NAME]` table per
+//! upstream cluster (its replicas, its balancing policy from prequal-core, timeouts, retries,
+//! outlier ejection, slow start, and `[clusters.NAME.tls]` to speak TLS to the replicas) and an
 //! ordered list of `[[routes]]` that send requests to clusters by host and path prefix. Every key
 //! and its default is listed in `docs/config.md`; unknown keys are rejected, and every error
 //! names the file and the key.
@@ -32,6 +33,8 @@ use prequal_core::outlier::OutlierConfig;
 use prequal_core::retry_budget::RetryBudgetConfig;
 use prequal_core::slow_start::SlowStartConfig;
 use serde::{Deserialize, Serialize};
+
+pub use crate::tls::config::{ServerTlsConfig, SniCertConfig, UpstreamTlsConfig};
 
 /// Why a configuration was rejected. The message names the file (when there is one) and the key.
 #[derive(Debug, thiserror::Error)]
@@ -97,6 +100,8 @@ pub struct ServerConfig {
     pub worker_threads: usize,
     /// Where the access log goes: `"stdout"` or a file path (appended to). Default none (off).
     pub access_log: Option<PathBuf>,
+    /// TLS termination (`[server.tls]`). Default none: plain HTTP/1.1 and h2c.
+    pub tls: Option<ServerTlsConfig>,
 }
 
 impl ServerConfig {
@@ -118,6 +123,7 @@ impl Default for ServerConfig {
             drain_timeout: Duration::from_secs(30),
             worker_threads: 0,
             access_log: None,
+            tls: None,
         }
     }
 }
@@ -206,6 +212,8 @@ pub struct ClusterConfig {
     pub max_probes_in_flight: usize,
     /// Probes in flight at once to one replica; more to it are reported failed. Default 8.
     pub max_probes_per_replica: usize,
+    /// TLS to the replicas, for requests and probes (`[clusters.NAME.tls]`). Default none.
+    pub tls: Option<UpstreamTlsConfig>,
 }
 
 impl Default for ClusterConfig {
@@ -232,6 +240,7 @@ impl Default for ClusterConfig {
             pool_idle_timeout: Duration::from_secs(90),
             max_probes_in_flight: 256,
             max_probes_per_replica: 8,
+            tls: None,
         }
     }
 }
@@ -341,6 +350,10 @@ impl ProxyConfig {
                 ));
             }
         }
+        if let Some(tls) = &self.server.tls {
+            tls.validate()
+                .map_err(|(key, message)| invalid(format!("server.tls.{key}"), message))?;
+        }
         if self.server.max_header_bytes < 8192 {
             return Err(invalid(
                 "server.max_header_bytes".into(),
@@ -399,6 +412,9 @@ impl ClusterConfig {
         self.hedge.validate().map_err(block)?;
         self.outlier.validate().map_err(block)?;
         self.slow_start.validate().map_err(block)?;
+        if let Some(tls) = &self.tls {
+            tls.validate()?;
+        }
         Ok(())
     }
 }

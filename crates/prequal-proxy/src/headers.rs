@@ -69,13 +69,22 @@ pub struct ClientHop {
     ip: IpAddr,
     /// The address alone, the `X-Forwarded-For` value when the request has none.
     xff: HeaderValue,
-    /// `for=...;proto=http`, the `Forwarded` element for this hop.
+    /// `for=...;proto=http` (or `https`), the `Forwarded` element for this hop.
     forwarded: HeaderValue,
 }
 
 impl ClientHop {
-    /// Formats the values for a client at `client`.
+    /// Formats the values for a client at `client` on a plain connection.
     pub fn new(client: SocketAddr) -> Self {
+        Self::with_proto(client, "http")
+    }
+
+    /// Formats the values for a client at `client` on a TLS connection (`proto=https`).
+    pub fn over_tls(client: SocketAddr) -> Self {
+        Self::with_proto(client, "https")
+    }
+
+    fn with_proto(client: SocketAddr, proto: &str) -> Self {
         let ip = client.ip();
         // RFC 7239: IPv6 addresses are quoted and bracketed.
         let node = match ip {
@@ -89,7 +98,7 @@ impl ClientHop {
         ClientHop {
             ip,
             xff: value(ip.to_string()),
-            forwarded: value(format!("for={node};proto=http")),
+            forwarded: value(format!("for={node};proto={proto}")),
         }
     }
 

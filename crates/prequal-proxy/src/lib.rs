@@ -3,10 +3,11 @@
 //! A latency-aware HTTP/1.1 and HTTP/2 reverse proxy whose balancing decisions come from
 //! prequal-core, the same sans-IO policies the simulator runs.
 //!
-//! How a request flows: the [`server`] accepts HTTP/1.1 and h2c on one listener; [`routing`]
-//! picks a cluster by host and path prefix; [`forward`] asks the cluster's policy for a replica,
-//! sends the request over a pooled connection, and retries connect failures (and, for
-//! idempotent methods, 5xx and timeouts) within the retry budget. Each [`cluster`] keeps its
+//! How a request flows: the [`server`] accepts HTTP/1.1 and h2c on one listener (or both over
+//! TLS with ALPN, [`tls`]); [`routing`] picks a cluster by host and path prefix; [`forward`]
+//! asks the cluster's policy for a replica, sends the request over a pooled connection (plain
+//! or TLS, [`upstream`]), and retries connect failures (and, for idempotent methods, 5xx and
+//! timeouts) within the retry budget. Each [`cluster`] keeps its
 //! policy instance behind a short-held mutex, feeds it dispatches, completions (error aversion
 //! sees every 5xx) and probe replies, and adds outlier ejection and slow start around it. The
 //! [`prober`] sends the probes the policy asks for and runs its timers; [`discovery`] keeps the
@@ -34,6 +35,7 @@ mod admin;
 pub mod body;
 pub mod cluster;
 pub mod config;
+mod connector;
 pub mod discovery;
 pub mod forward;
 pub mod headers;
@@ -43,6 +45,7 @@ pub mod reload;
 pub mod replay;
 pub mod routing;
 pub mod server;
+pub mod tls;
 pub mod upstream;
 
 pub use config::{ClusterConfig, ConfigError, ProxyConfig, RouteConfig, UpstreamProtocol};

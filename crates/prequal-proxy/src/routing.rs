@@ -14,6 +14,7 @@ use http::Request;
 use crate::cluster::Cluster;
 use crate::config::{ProxyConfig, RouteConfig};
 use crate::metrics::Metrics;
+use crate::tls::{ClientTls, TlsError};
 
 /// Clusters and routes for one configuration.
 #[derive(Debug)]
@@ -25,10 +26,18 @@ pub struct Routing {
 
 /// Why a routing table could not be built.
 #[derive(Debug, thiserror::Error)]
-#[error("cluster {cluster:?}: {source}")]
-pub struct BuildError {
-    cluster: String,
-    source: prequal_core::ConfigError,
+pub enum BuildError {
+    /// The cluster's policy or resilience settings were refused by prequal-core.
+    #[error("cluster {cluster:?}: {source}")]
+    Cluster {
+        /// The cluster's name.
+        cluster: String,
+        /// Why.
+        source: prequal_core::ConfigError,
+    },
+    /// The cluster's TLS files could not be loaded (the message names the key and the file).
+    #[error(transparent)]
+    Tls(#[from] TlsError),
 }
 
 impl Routing {
@@ -48,14 +57,19 @@ impl Routing {
             let cluster = match kept {
                 Some(cluster) => Arc::clone(cluster),
                 None => {
+                    let tls = match &cluster_config.tls {
+                        None => None,
+                        Some(tls) => Some(ClientTls::load(name, tls, cluster_config.protocol)?),
+                    };
                     let cluster = Cluster::start(
                         name,
                         cluster_config,
+                        tls,
                         epoch,
                         metrics,
                         config.server.workers(),
                     )
-                    .map_err(|source| BuildError {
+                    .map_err(|source| BuildError::Cluster {
                         cluster: name.clone(),
                         source,
                     })?;

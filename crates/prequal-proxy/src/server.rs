@@ -1,8 +1,13 @@
-//! The data-plane listener: HTTP/1.1 and HTTP/2 (h2c with prior knowledge) on one socket,
-//! graceful drain on shutdown, and reload by swapping the routing table.
+//! The data-plane listener: HTTP/1.1 and HTTP/2 (h2c with prior knowledge) on one socket, or
+//! both over TLS with ALPN, graceful drain on shutdown, and reload by swapping the routing
+//! table.
 //!
 //! Connections are served by `hyper_util::server::conn::auto`, which reads the first bytes to
-//! tell the HTTP/2 preface from an HTTP/1.1 request. The data plane is thread-per-core: one
+//! tell the HTTP/2 preface from an HTTP/1.1 request. With `[server.tls]` each connection first
+//! completes a TLS handshake ([`crate::tls`]: the certificate by SNI, ALPN `h2` or `http/1.1`)
+//! on the thread that will serve it, and the same builder then serves the decrypted stream: a
+//! client that negotiated `h2` sends the HTTP/2 preface, one that negotiated `http/1.1` (or
+//! nothing) a request line. The data plane is thread-per-core: one
 //! task accepts and deals connections in turn to `server.worker_threads` threads (itself
 //! included), each a single-threaded tokio runtime with its own upstream connection pools, so a
 //! request never wakes another thread on its way through. Measured on two cores, this costs
@@ -36,6 +41,7 @@ use crate::forward::{Limits, forward, local_response};
 use crate::headers::ClientHop;
 use crate::metrics::Metrics;
 use crate::routing::Routing;
+use crate::tls::ServerTls;
 
 /// Why the proxy could not start or reload.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +62,9 @@ pub enum ProxyError {
     /// A cluster could not be built.
     #[error(transparent)]
     Build(#[from] crate::routing::BuildError),
+    /// The listener's certificates could not be loaded (the message names the key and file).
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
     /// The access log could not be opened.
     #[error("cannot open the access log {path} (server.access_log): {source}")]
     AccessLog {
@@ -75,6 +84,8 @@ pub struct Shared {
     epoch: Instant,
     draining: AtomicBool,
     access_log: Option<AccessLog>,
+    /// TLS termination, when `[server.tls]` is set.
+    tls: Option<Arc<ServerTls>>,
 }
 
 impl Shared {
@@ -87,6 +98,11 @@ impl Shared {
     /// True once shutdown has begun.
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Relaxed)
+    }
+
+    /// The listener's TLS, when it terminates TLS.
+    pub fn tls(&self) -> Option<&Arc<ServerTls>> {
+        self.tls.as_ref()
     }
 }
 
@@ -155,6 +171,10 @@ impl Proxy {
                 })?)
             }
         };
+        let tls = match &config.server.tls {
+            None => None,
+            Some(tls) => Some(Arc::new(ServerTls::load(tls)?)),
+        };
         let epoch = Instant::now();
         let metrics = Arc::new(Metrics::new());
         let routing = Routing::build(config, None, epoch, &metrics)?;
@@ -173,6 +193,7 @@ impl Proxy {
             epoch,
             draining: AtomicBool::new(false),
             access_log,
+            tls,
         });
         Ok(Proxy {
             shared,
@@ -214,7 +235,7 @@ impl Proxy {
         let workers: Vec<Worker> = (1..server.workers())
             .filter_map(|index| Worker::spawn(index, &shared, &server))
             .collect();
-        let local = Serving::new(&server);
+        let local = Serving::new(&server, &shared);
         let mut next = 0usize;
         tokio::pin!(shutdown);
         loop {
@@ -263,21 +284,23 @@ pub(crate) fn worker_index() -> usize {
     WORKER.with(Cell::get)
 }
 
-/// What one thread needs to serve connections: the HTTP/1.1 + HTTP/2 builder, the limits, and
-/// the watcher that drains its connections on shutdown.
+/// What one thread needs to serve connections: the HTTP/1.1 + HTTP/2 builder, the limits, the
+/// TLS acceptor if any, and the watcher that drains its connections on shutdown.
 struct Serving {
     builder: auto::Builder<TokioExecutor>,
     limits: Limits,
+    tls: Option<Arc<ServerTls>>,
     graceful: GracefulShutdown,
 }
 
 impl Serving {
-    fn new(server: &ServerConfig) -> Self {
+    fn new(server: &ServerConfig, shared: &Shared) -> Self {
         Serving {
             builder: connection_builder(server),
             limits: Limits {
                 max_body_bytes: server.max_body_bytes,
             },
+            tls: shared.tls.clone(),
             graceful: GracefulShutdown::new(),
         }
     }
@@ -285,15 +308,45 @@ impl Serving {
     /// Serves one connection as a task on the current runtime.
     fn serve(&self, stream: TcpStream, remote: SocketAddr, shared: &Arc<Shared>) {
         let state = Arc::clone(shared);
-        let client = Arc::new(ClientHop::new(remote));
+        let hop = match self.tls {
+            None => ClientHop::new(remote),
+            Some(_) => ClientHop::over_tls(remote),
+        };
+        let client = Arc::new(hop);
         let limits = self.limits;
         let service =
             service_fn(move |req| handle(Arc::clone(&state), req, Arc::clone(&client), limits));
-        let conn = self
-            .builder
-            .serve_connection(TokioIo::new(stream), service)
-            .into_owned();
-        tokio::spawn(log_end(self.graceful.watch(conn)));
+        let Some(tls) = &self.tls else {
+            let conn = self
+                .builder
+                .serve_connection(TokioIo::new(stream), service)
+                .into_owned();
+            tokio::spawn(log_end(self.graceful.watch(conn)));
+            return;
+        };
+        // Watched from now on, so that a drain waits for a handshake under way (at most its
+        // timeout) and then tells the new connection to close.
+        let watcher = self.graceful.watcher();
+        let builder = self.builder.clone();
+        let acceptor = tls.acceptor();
+        let limit = tls.handshake_timeout();
+        tokio::spawn(async move {
+            let stream = match tokio::time::timeout(limit, acceptor.accept(stream)).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(error)) => {
+                    tracing::debug!(%remote, %error, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%remote, "TLS handshake timed out");
+                    return;
+                }
+            };
+            let conn = builder
+                .serve_connection(TokioIo::new(stream), service)
+                .into_owned();
+            log_end(watcher.watch(conn)).await;
+        });
     }
 
     /// Closes idle connections, sends GOAWAY on HTTP/2 ones, and waits for requests in flight
@@ -327,7 +380,7 @@ impl Worker {
         let shared = Arc::clone(shared);
         let server = server.clone();
         let work = async move {
-            let serving = Serving::new(&server);
+            let serving = Serving::new(&server, &shared);
             while let Some((stream, remote)) = accepted.recv().await {
                 match TcpStream::from_std(stream) {
                     Ok(stream) => serving.serve(stream, remote, &shared),

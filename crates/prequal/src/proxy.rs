@@ -70,8 +70,12 @@ pub fn run(args: &Args) -> Result<()> {
             .map(|a| a.to_string())
             .unwrap_or_default();
         let admin = proxy.admin_addr().map(|a| a.to_string());
+        let protocols = match config.server.tls {
+            None => "HTTP/1.1 and h2c",
+            Some(_) => "TLS: HTTP/1.1 and HTTP/2 by ALPN",
+        };
         eprintln!(
-            "prequal proxy: listening on {listen} (HTTP/1.1 and h2c); admin on {}",
+            "prequal proxy: listening on {listen} ({protocols}); admin on {}",
             admin.as_deref().unwrap_or("(off)")
         );
         if let Some(path) = args.config.clone() {

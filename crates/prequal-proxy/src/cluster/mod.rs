@@ -35,7 +35,9 @@ mod state;
 pub use self::state::Strict;
 use self::state::{Core, Member, random_seed};
 use crate::config::{ClusterConfig, UpstreamProtocol};
+use crate::connector::Connector;
 use crate::metrics::{ClusterMetrics, Metrics};
+use crate::tls::ClientTls;
 use crate::upstream::Upstream;
 
 /// Probe timeout for policies that do not name one (they never probe, so it is only a bound).
@@ -100,10 +102,12 @@ impl Drop for Cluster {
 
 impl Cluster {
     /// Builds the cluster (the config must have been validated) with connection pools for
-    /// `workers` data-plane threads, and starts its timer task.
+    /// `workers` data-plane threads, over `tls` when given (loaded from `config.tls`), and
+    /// starts its timer task.
     pub fn start(
         name: &str,
         config: &ClusterConfig,
+        tls: Option<Arc<ClientTls>>,
         epoch: Instant,
         registry: &Arc<Metrics>,
         workers: usize,
@@ -136,8 +140,9 @@ impl Cluster {
         };
         let metrics = registry.cluster(name);
         let upstreams = |opened: &prometheus_client::metrics::counter::Counter| {
+            let connector = Connector::new(config.connect_timeout, tls.clone(), opened.clone());
             (0..workers.max(1))
-                .map(|_| Upstream::new(config, opened.clone()))
+                .map(|_| Upstream::new(config, connector.clone()))
                 .collect()
         };
         let cluster = Arc::new(Cluster {

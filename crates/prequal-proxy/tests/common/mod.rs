@@ -57,6 +57,16 @@ pub struct Backend {
 
 impl Backend {
     pub async fn start() -> Backend {
+        Backend::serve(None).await
+    }
+
+    /// The same replica behind TLS: each connection completes a handshake with `tls` first
+    /// (which may demand a client certificate).
+    pub async fn start_tls(tls: Arc<rustls::ServerConfig>) -> Backend {
+        Backend::serve(Some(tokio_rustls::TlsAcceptor::from(tls))).await
+    }
+
+    async fn serve(tls: Option<tokio_rustls::TlsAcceptor>) -> Backend {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let backend = Backend {
@@ -81,10 +91,24 @@ impl Backend {
                 connections.fetch_add(1, Ordering::SeqCst);
                 let state = state.clone();
                 let service = service_fn(move |req| state.clone().answer(req));
+                let tls = tls.clone();
                 let conn = tokio::spawn(async move {
-                    let _ = auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
+                    let builder = auto::Builder::new(TokioExecutor::new());
+                    match tls {
+                        None => {
+                            let _ = builder
+                                .serve_connection(TokioIo::new(stream), service)
+                                .await;
+                        }
+                        Some(tls) => {
+                            let Ok(stream) = tls.accept(stream).await else {
+                                return;
+                            };
+                            let _ = builder
+                                .serve_connection(TokioIo::new(stream), service)
+                                .await;
+                        }
+                    }
                 });
                 tasks.lock().unwrap().push(conn);
             }
