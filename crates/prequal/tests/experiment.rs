@@ -1,4 +1,4 @@
-//! `prequal experiment` end to end on loopback, without HAProxy or nginx: a tiny scenario runs
+//! `prequal experiment` end to end on loopback, without HAProxy, nginx or Traefik: a tiny scenario runs
 //! and reports, every process it started is gone afterwards (also after SIGINT mid-run), and
 //! scenario mistakes get errors naming the key. Every wait is bounded.
 
@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 const BOUND: Duration = Duration::from_secs(60);
 
 fn scenario(dir: &Path, load: &str, extra: &str) -> PathBuf {
-    // No HAProxy or nginx contenders unless `extra` names them.
+    // No HAProxy, nginx or Traefik contenders unless `extra` names them.
     let mut extra = extra.to_string();
-    for key in ["haproxy", "nginx"] {
+    for key in ["haproxy", "nginx", "traefik"] {
         if !extra.contains(key) {
             extra.push_str(&format!("\n{key} = []"));
         }
@@ -250,6 +250,11 @@ fn scenario_mistakes_name_the_key() {
             "leastconn",
         ),
         ("nginx = [\"ip_hash\"]", "experiment.nginx[0]", "least_conn"),
+        (
+            "traefik = [\"leasttime\", \"drr\"]",
+            "experiment.traefik[1]",
+            "leasttime",
+        ),
         ("proxies = 0", "experiment.proxies", "1 to 64"),
         ("retries = 2", "retries", "unknown field"),
     ] {
@@ -299,6 +304,7 @@ steps = [{ duration = "1s", level = 100.0 }]
 [experiment]
 haproxy = []
 nginx = []
+traefik = []
 timeout = "1s"
 "#;
     let file = dir.join("tiny-faults.toml");
