@@ -334,6 +334,18 @@ where
     }
 }
 
+impl<D, B> Drop for Balance<D, B>
+where
+    D: Discover,
+    D::Key: Hash,
+{
+    fn drop(&mut self) {
+        // Without this, a `Handle` kept for metrics would keep the policy probing replicas
+        // nobody balances over any more.
+        self.driver.close();
+    }
+}
+
 impl<D, B> fmt::Debug for Balance<D, B>
 where
     D: Discover,

@@ -56,6 +56,8 @@ pub(crate) struct Driver {
     /// Wakes the timer task when a deadline earlier than the one it sleeps on appears.
     pub(crate) wake: Arc<Notify>,
     timer_started: AtomicBool,
+    /// Set when the balancer is dropped: no more probes, and the timer task ends.
+    closed: AtomicBool,
 }
 
 struct State {
@@ -111,6 +113,7 @@ impl Driver {
             probes_out: Arc::default(),
             wake: Arc::new(Notify::new()),
             timer_started: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -133,7 +136,24 @@ impl Driver {
 
     /// True the first time it is called: the caller starts the timer task.
     pub(crate) fn claim_timer(&self) -> bool {
-        !self.timer_started.swap(true, Ordering::AcqRel)
+        !self.timer_started.load(Ordering::Acquire)
+            && !self.timer_started.swap(true, Ordering::AcqRel)
+    }
+
+    /// The balancer is gone: its endpoints (and the probe services made from them) are dropped
+    /// and the timer task ends. Queries still in flight end as usual, and a [`Handle`] still
+    /// reads the policy.
+    ///
+    /// [`Handle`]: crate::Handle
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.lock().probes.clear();
+        self.wake.notify_one();
+    }
+
+    /// Whether the balancer is gone.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 
     /// A replica joined, probed through `send`.

@@ -18,8 +18,8 @@
 //! **Timer.** One task per balancer sleeps until the policy's `poll_timeout()` (idle probing,
 //! load polling for `weighted-round-robin` and `yarp-p2c`, sync-mode probe deadlines) and then
 //! calls `handle_timeout`. The driver wakes it early when a new deadline is earlier than the one
-//! it sleeps on. It holds only a weak reference, so it ends once the balancer and every query
-//! and probe it started are gone.
+//! it sleeps on. It ends when the balancer is dropped (or, holding only a weak reference, once
+//! nothing refers to the policy any more).
 
 use std::pin::pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -148,7 +148,7 @@ pub(crate) fn start_timer(driver: &Arc<Driver>) {
 async fn timer_loop(weak: Weak<Driver>, wake: Arc<Notify>) {
     loop {
         let deadline = {
-            let Some(driver) = weak.upgrade() else {
+            let Some(driver) = weak.upgrade().filter(|d| !d.is_closed()) else {
                 return;
             };
             let (outbox, deadline) = driver.tick();

@@ -82,5 +82,16 @@ async fn a_dropped_balancer_leaves_queries_to_end(proto: Proto) {
     let response = bounded(future).await.unwrap();
     bounded(response.into_body().collect()).await.unwrap();
     assert_eq!(rif(&handle), 0);
+    // The handle still reads the policy, but nothing probes any more (an idle balancer probes
+    // every 100 ms): probes already out land first, then the count stays put.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let probes = replica.probes();
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert_eq!(
+        replica.probes(),
+        probes,
+        "no probe after the balancer is dropped"
+    );
+    assert_eq!(handle.snapshot().replicas.len(), 1);
 }
 both_protocols!(a_dropped_balancer_leaves_queries_to_end);
