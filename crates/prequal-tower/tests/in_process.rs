@@ -97,8 +97,8 @@ async fn reported_load_steers_queries_away_from_a_busy_replica() {
 
 #[tokio::test(start_paused = true)]
 async fn an_idle_balancer_keeps_probing() {
-    let _hits = counters(4);
-    let services = replicas(&_hits);
+    let hits = counters(4);
+    let services = replicas(&hits);
     let probes = Arc::new(AtomicU64::new(0));
     let counted = Arc::clone(&probes);
     let prober = move |_key: &usize, _endpoint: &_| {
