@@ -8,7 +8,7 @@
 //! by an endpoint becoming ready. That is the backpressure: a caller that awaits readiness waits
 //! for capacity instead of queueing requests in the balancer.
 //!
-//! What differs is the choice. `poll_ready` asks the policy ([`Driver::pick`]), which knows
+//! What differs is the choice. `poll_ready` asks the policy to pick, and the policy knows
 //! every endpoint discovery inserted, ready or not. If it names a ready endpoint, that is the
 //! one. If it names one that is not ready, the policy is asked once more, and then a ready
 //! endpoint is taken uniformly at random (as it is when the policy has none to offer), so a
@@ -18,7 +18,7 @@
 //! most, after which a random ready endpoint is taken.
 //!
 //! `call` tells the policy the query is dispatched and returns a [`ResponseFuture`]; the
-//! query counts in flight until its response body ends or is dropped (see [`crate::rif`]).
+//! query counts in flight until its response body ends or is dropped (see [`crate::response`]).
 
 use std::fmt;
 use std::hash::Hash;
