@@ -1,0 +1,376 @@
+//! The driver of one policy: the core behind a short lock, fed with events and drained of
+//! decisions.
+//!
+//! A [`Balance`](crate::Balance) owns its endpoints, but the policy it drives is shared with
+//! three kinds of task: the response futures and bodies of queries in flight (a query ends in
+//! whichever task holds it), the probe tasks, and the timer task. So the policy lives here,
+//! behind a `std::sync::Mutex` held only for the few microseconds an event takes and never
+//! across an `.await`, exactly as in the proxy. Every event is one critical section that also
+//! drains what the policy wants done next: probes to send (started once the lock is released)
+//! and the decision a sync-mode pick is waiting for.
+//!
+//! Time is what the policy reads: the nanoseconds since the driver was built, on tokio's clock
+//! (so tests with paused time drive it too), handed in as a [`Time`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Waker;
+use std::time::Duration;
+
+use prequal_core::{
+    Completion, LoadReport, Pick, Policy, ProbeRequest, Query, QueryId, ReplicaChange, ReplicaId,
+    Snapshot, Time,
+};
+use rand::{Rng, RngCore};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::probe::{ProbeFuture, SendProbe};
+use crate::prober::{Outbox, Slot};
+
+/// Probe timeout for policies that do not name one (they never probe, so it is only a bound).
+const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// Most probes one event drains from the policy; the rest wait for the next event, so a policy
+/// that asks for a probe after every failed one cannot keep an event going.
+const MAX_PROBES_PER_EVENT: usize = 64;
+
+/// How many probes may be out at once. See [`Builder`](crate::Builder) for the defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ProbeLimits {
+    /// Probes in flight to one replica, late ones included.
+    pub(crate) per_replica: usize,
+    /// Probes in flight from this balancer.
+    pub(crate) in_flight: usize,
+}
+
+/// The shared half of a balancer. See the module docs.
+pub(crate) struct Driver {
+    epoch: Instant,
+    state: Mutex<State>,
+    pub(crate) probe_timeout: Duration,
+    limits: ProbeLimits,
+    /// Probes out from this balancer, late ones included.
+    probes_out: Arc<AtomicUsize>,
+    /// Wakes the timer task when a deadline earlier than the one it sleeps on appears.
+    pub(crate) wake: Arc<Notify>,
+    timer_started: AtomicBool,
+    /// Set when the balancer is dropped: no more probes, and the timer task ends.
+    closed: AtomicBool,
+}
+
+struct State {
+    policy: Box<dyn Policy>,
+    rng: Box<dyn RngCore + Send>,
+    /// How to probe each replica the policy knows, with its count of probes out.
+    probes: HashMap<ReplicaId, ReplicaProbe>,
+    /// The sync-mode query the balancer waits on, its decision once made, and who to wake.
+    waiting: Option<(QueryId, Option<Pick>, Option<Waker>)>,
+    /// The deadline the timer task sleeps on.
+    armed: Option<Time>,
+}
+
+struct ReplicaProbe {
+    send: SendProbe,
+    outstanding: Arc<AtomicUsize>,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        // Lets the timer task see that the balancer is gone and end.
+        self.wake.notify_one();
+    }
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("policy", &self.lock().policy.name())
+            .field("probe_timeout", &self.probe_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Driver {
+    pub(crate) fn new(
+        policy: Box<dyn Policy>,
+        rng: Box<dyn RngCore + Send>,
+        limits: ProbeLimits,
+    ) -> Self {
+        let probe_timeout = policy.probe_timeout().unwrap_or(DEFAULT_PROBE_TIMEOUT);
+        Self {
+            epoch: Instant::now(),
+            state: Mutex::new(State {
+                policy,
+                rng,
+                probes: HashMap::new(),
+                waiting: None,
+                armed: None,
+            }),
+            probe_timeout,
+            limits,
+            probes_out: Arc::default(),
+            wake: Arc::new(Notify::new()),
+            timer_started: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// The policy's clock: time since the driver was built.
+    pub(crate) fn now(&self) -> Time {
+        Time::from_nanos(u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// The instant a policy [`Time`] stands for.
+    pub(crate) fn instant_of(&self, time: Time) -> Instant {
+        self.epoch + Duration::from_nanos(time.as_nanos())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves plain data behind; keep balancing with it.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// True the first time it is called: the caller starts the timer task.
+    pub(crate) fn claim_timer(&self) -> bool {
+        !self.timer_started.load(Ordering::Acquire)
+            && !self.timer_started.swap(true, Ordering::AcqRel)
+    }
+
+    /// The balancer is gone: its endpoints (and the probe services made from them) are dropped
+    /// and the timer task ends. Queries still in flight end as usual, and a [`Handle`] still
+    /// reads the policy.
+    ///
+    /// [`Handle`]: crate::Handle
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.lock().probes.clear();
+        self.wake.notify_one();
+    }
+
+    /// Whether the balancer is gone.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// A replica joined, probed through `send`.
+    pub(crate) fn insert(self: &Arc<Self>, replica: ReplicaId, send: SendProbe) {
+        let now = self.now();
+        let mut state = self.lock();
+        let probe = ReplicaProbe {
+            send,
+            outstanding: Arc::default(),
+        };
+        state.probes.insert(replica, probe);
+        state
+            .policy
+            .on_replica_change(ReplicaChange::Insert(replica), now);
+        self.after_event(state, now);
+    }
+
+    /// A replica left (discovery removed it, or its service failed).
+    pub(crate) fn remove(self: &Arc<Self>, replica: ReplicaId) {
+        let now = self.now();
+        let mut state = self.lock();
+        if state.probes.remove(&replica).is_none() {
+            return;
+        }
+        state
+            .policy
+            .on_replica_change(ReplicaChange::Remove(replica), now);
+        self.after_event(state, now);
+    }
+
+    /// Asks the policy for a replica for `query`. A [`Pick::Pending`] decision is later
+    /// collected with [`Driver::poll_decision`].
+    pub(crate) fn pick(self: &Arc<Self>, query: QueryId) -> Pick {
+        let now = self.now();
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        let pick = state.policy.pick(
+            &Query {
+                id: query,
+                hint: None,
+            },
+            now,
+            &mut state.rng,
+        );
+        if pick == Pick::Pending {
+            state.waiting = Some((query, None, None));
+        }
+        self.after_event(guard, now);
+        pick
+    }
+
+    /// The decision for the sync-mode `query`, if made; otherwise `waker` is woken when it is.
+    pub(crate) fn poll_decision(&self, query: QueryId, waker: &Waker) -> Option<Pick> {
+        let mut state = self.lock();
+        match &mut state.waiting {
+            Some((waiting, decided, wake)) if *waiting == query => match decided.take() {
+                Some(pick) => {
+                    state.waiting = None;
+                    Some(pick)
+                }
+                None => {
+                    *wake = Some(waker.clone());
+                    None
+                }
+            },
+            // Not waited on (any more): nothing will come.
+            _ => Some(Pick::NoReplica),
+        }
+    }
+
+    /// Stops waiting for the sync-mode `query` (its decision was too late).
+    pub(crate) fn abandon_decision(&self, query: QueryId) {
+        let mut state = self.lock();
+        if state.waiting.as_ref().is_some_and(|w| w.0 == query) {
+            state.waiting = None;
+        }
+    }
+
+    /// A number in `0..n` from the policy's random source (for the fallback pick).
+    pub(crate) fn random_below(&self, n: usize) -> usize {
+        self.lock().rng.random_range(0..n.max(1))
+    }
+
+    /// The query was sent to `replica`.
+    pub(crate) fn dispatch(self: &Arc<Self>, replica: ReplicaId, query: QueryId) {
+        let now = self.now();
+        let mut state = self.lock();
+        state.policy.on_dispatch(replica, query, now);
+        tracing::trace!(%replica, query = query.0, "query dispatched");
+        self.after_event(state, now);
+    }
+
+    /// A query sent to `replica` ended.
+    pub(crate) fn complete(self: &Arc<Self>, replica: ReplicaId, completion: &Completion) {
+        let now = self.now();
+        let mut state = self.lock();
+        state.policy.on_complete(replica, completion, now);
+        tracing::trace!(%replica, query = completion.query.0, outcome = ?completion.outcome,
+            latency_us = completion.latency.as_micros() as u64, "query ended");
+        self.after_event(state, now);
+    }
+
+    /// `replica` reported its load on a response (piggybacked).
+    pub(crate) fn load_report(self: &Arc<Self>, replica: ReplicaId, report: &LoadReport) {
+        let now = self.now();
+        let mut state = self.lock();
+        state.policy.on_load_report(replica, report, now);
+        self.after_event(state, now);
+    }
+
+    /// A probe ended: `Some(report)` if answered, `None` if it failed. Returns the probes the
+    /// policy asks for next.
+    pub(crate) fn probe_result(&self, probe: &ProbeRequest, report: Option<&LoadReport>) -> Outbox {
+        let now = self.now();
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        match report {
+            Some(report) => state
+                .policy
+                .on_probe_reply(probe, report, now, &mut state.rng),
+            None => state.policy.on_probe_failure(probe, now),
+        }
+        let outbox = self.drain(state, now);
+        if self.rearm(state) {
+            self.wake.notify_one();
+        }
+        outbox
+    }
+
+    /// The timer task's step: fires the policy's timer if due; returns the probes to send and
+    /// when to come back.
+    pub(crate) fn tick(&self) -> (Outbox, Option<Instant>) {
+        let now = self.now();
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        if state.policy.poll_timeout().is_some_and(|t| t <= now) {
+            state.policy.handle_timeout(now, &mut state.rng);
+        }
+        let outbox = self.drain(state, now);
+        state.armed = state.policy.poll_timeout();
+        (outbox, state.armed.map(|t| self.instant_of(t)))
+    }
+
+    /// A read-only view of the policy.
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        let now = self.now();
+        self.lock().policy.snapshot(now)
+    }
+
+    /// The policy's name.
+    pub(crate) fn policy_name(&self) -> &'static str {
+        self.lock().policy.name()
+    }
+
+    /// Ends an event: drains the policy, rearms the timer, releases the lock and starts the
+    /// probes asked for.
+    fn after_event(self: &Arc<Self>, mut guard: MutexGuard<'_, State>, now: Time) {
+        let outbox = self.drain(&mut guard, now);
+        let rearm = self.rearm(&mut guard);
+        drop(guard);
+        if rearm {
+            self.wake.notify_one();
+        }
+        crate::prober::send(self, outbox);
+    }
+
+    /// Hands a sync-mode decision to the balancer waiting for it, and turns the probes the
+    /// policy asks for into futures, each holding its slots. A probe over a limit (or to a
+    /// replica that left) is reported failed at once, as the protocol says of a probe that
+    /// could not be sent.
+    fn drain(&self, state: &mut State, now: Time) -> Outbox {
+        while let Some((query, pick)) = state.policy.poll_pick(now, &mut state.rng) {
+            if let Some((waiting, decided, waker)) = &mut state.waiting {
+                if *waiting == query {
+                    *decided = Some(pick);
+                    if let Some(waker) = waker.take() {
+                        waker.wake();
+                    }
+                }
+            }
+        }
+        let mut outbox = Vec::new();
+        for _ in 0..MAX_PROBES_PER_EVENT {
+            let Some(probe) = state.policy.poll_probe(now, &mut state.rng) else {
+                break;
+            };
+            match self.start_probe(state, &probe) {
+                Some(started) => outbox.push((probe, started)),
+                None => state.policy.on_probe_failure(&probe, now),
+            }
+        }
+        outbox
+    }
+
+    /// The future of one probe with its slots, or `None` if it may not be sent now.
+    fn start_probe(&self, state: &State, probe: &ProbeRequest) -> Option<(ProbeFuture, Slot)> {
+        let target = state.probes.get(&probe.replica)?;
+        let Some(slot) = Slot::take(
+            [&target.outstanding, &self.probes_out],
+            [self.limits.per_replica, self.limits.in_flight],
+        ) else {
+            tracing::trace!(replica = %probe.replica, "probe refused: too many in flight");
+            return None;
+        };
+        let request = prequal_server::protocol::Probe { hint: probe.hint };
+        Some(((target.send)(request), slot))
+    }
+
+    /// True (and the new deadline recorded) when the timer task must wake earlier than planned.
+    fn rearm(&self, state: &mut State) -> bool {
+        match (state.policy.poll_timeout(), state.armed) {
+            (Some(next), Some(armed)) if next >= armed => false,
+            (None, _) => false,
+            (Some(next), _) => {
+                state.armed = Some(next);
+                true
+            }
+        }
+    }
+}

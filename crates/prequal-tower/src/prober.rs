@@ -1,0 +1,169 @@
+//! The prober and the timer: the tasks that carry a policy's wishes out to the replicas.
+//!
+//! **Probes.** After every event the [driver](crate::driver) drains the probes its policy asks
+//! for and hands them here once its lock is released. Each probe runs as its own tokio task, so
+//! a query never waits for one: the task yields once (the query that triggered the probe is
+//! written to its replica first), then waits at most the policy's probe timeout (`prequal`: 3 ms
+//! by default) for the reply and reports the [`LoadReport`], or a failure, to the policy. A
+//! probe that timed out is reported failed at once but its exchange is left to finish for up to
+//! [`PROBE_LINGER`] (still holding its slots), so that its connection goes back to the pool
+//! instead of being closed: under load, when probes run late, every dropped probe would
+//! otherwise cost a new connection.
+//!
+//! Probe traffic is bounded twice, late probes included: per replica and per balancer (see
+//! [`Builder`](crate::Builder)). A probe beyond either bound is reported failed without being
+//! sent. The per-replica bound keeps one hung replica (it accepts connections and never
+//! answers) from using up the balancer's probe capacity and blinding the policy to the others.
+//!
+//! **Timer.** One task per balancer sleeps until the policy's `poll_timeout()` (idle probing,
+//! load polling for `weighted-round-robin` and `yarp-p2c`, sync-mode probe deadlines) and then
+//! calls `handle_timeout`. The driver wakes it early when a new deadline is earlier than the one
+//! it sleeps on. It ends when the balancer is dropped (or, holding only a weak reference, once
+//! nothing refers to the policy any more).
+
+use std::pin::pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use prequal_core::{LoadReport, ProbeRequest};
+use tokio::sync::Notify;
+
+use crate::driver::Driver;
+use crate::probe::ProbeFuture;
+
+/// How long a probe that timed out may still take to finish, for its connection's sake.
+pub const PROBE_LINGER: Duration = Duration::from_secs(1);
+
+/// The shortest sleep of the timer task, so a policy that keeps asking for "now" cannot spin it.
+const MIN_TIMER_STEP: Duration = Duration::from_micros(50);
+
+/// Rounds of "report failures, drain again" when probes cannot be started at all.
+const MAX_FAILURE_ROUNDS: usize = 2;
+
+/// Probes to send, each with its future and the slots it holds.
+pub(crate) type Outbox = Vec<(ProbeRequest, (ProbeFuture, Slot))>;
+
+/// One probe counted as out, at its replica and at its balancer, until dropped.
+pub(crate) struct Slot([Arc<AtomicUsize>; 2]);
+
+impl Slot {
+    /// Counts one more probe on both counters, unless either is at its limit.
+    pub(crate) fn take(counters: [&Arc<AtomicUsize>; 2], limits: [usize; 2]) -> Option<Self> {
+        let [replica, balancer] = counters;
+        let [per_replica, in_flight] = limits;
+        if !reserve(replica, per_replica) {
+            return None;
+        }
+        if !reserve(balancer, in_flight) {
+            replica.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Slot([Arc::clone(replica), Arc::clone(balancer)]))
+    }
+}
+
+fn reserve(counter: &AtomicUsize, limit: usize) -> bool {
+    counter
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < limit).then_some(n + 1)
+        })
+        .is_ok()
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        for counter in &self.0 {
+            counter.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Starts each probe in `outbox` as its own task.
+pub(crate) fn send(driver: &Arc<Driver>, outbox: Outbox) {
+    if outbox.is_empty() {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        // Outside a runtime (a response dropped after it shut down): nothing can be sent.
+        fail_all(driver, outbox);
+        return;
+    };
+    for (probe, (future, slot)) in outbox {
+        runtime.spawn(run_probe(Arc::clone(driver), probe, future, slot));
+    }
+}
+
+/// Reports every probe failed, draining what the policy asks for next a bounded number of times.
+fn fail_all(driver: &Driver, mut outbox: Outbox) {
+    for _ in 0..MAX_FAILURE_ROUNDS {
+        let mut next = Vec::new();
+        for (probe, _) in outbox {
+            next.extend(driver.probe_result(&probe, None));
+        }
+        outbox = next;
+    }
+    for (probe, _) in outbox {
+        // Still more: report without draining; the next event drains the rest.
+        let _ = driver.probe_result(&probe, None);
+    }
+}
+
+async fn run_probe(driver: Arc<Driver>, probe: ProbeRequest, future: ProbeFuture, slot: Slot) {
+    // Probes start while a query is being dispatched; yielding once lets that query be sent
+    // to its replica first, so probing never delays the query that triggered it.
+    tokio::task::yield_now().await;
+    let mut future = pin!(future);
+    let report: Option<LoadReport> =
+        match tokio::time::timeout(driver.probe_timeout, future.as_mut()).await {
+            Ok(Ok(report)) => Some(report),
+            Ok(Err(error)) => {
+                tracing::debug!(replica = %probe.replica, %error, "probe failed");
+                None
+            }
+            Err(_) => {
+                tracing::trace!(replica = %probe.replica, "probe timed out");
+                let next = driver.probe_result(&probe, None);
+                send(&driver, next);
+                let _ = tokio::time::timeout(PROBE_LINGER, future).await;
+                drop(slot);
+                return;
+            }
+        };
+    drop(slot);
+    let next = driver.probe_result(&probe, report.as_ref());
+    send(&driver, next);
+}
+
+/// Starts the balancer's timer task once, if a tokio runtime is there to run it.
+pub(crate) fn start_timer(driver: &Arc<Driver>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    if driver.claim_timer() {
+        runtime.spawn(timer_loop(Arc::downgrade(driver), Arc::clone(&driver.wake)));
+    }
+}
+
+async fn timer_loop(weak: Weak<Driver>, wake: Arc<Notify>) {
+    loop {
+        let deadline = {
+            let Some(driver) = weak.upgrade().filter(|d| !d.is_closed()) else {
+                return;
+            };
+            let (outbox, deadline) = driver.tick();
+            send(&driver, outbox);
+            deadline
+        };
+        match deadline {
+            Some(at) => {
+                let floor = tokio::time::Instant::now() + MIN_TIMER_STEP;
+                tokio::select! {
+                    _ = tokio::time::sleep_until(at.max(floor)) => {}
+                    _ = wake.notified() => {}
+                }
+            }
+            None => wake.notified().await,
+        }
+    }
+}
