@@ -199,11 +199,12 @@ pub fn validate_aversion(policy: &'static str, aversion: &Aversion) -> Result<()
 /// be reused up to m times, and every pick sees the whole cluster, so the fastest replicas
 /// are chosen until they queue (thread-pool replicas at 93-99% busy while the slow ones idle),
 /// and independent clients pile onto the same replica. Half the replicas keep b_reuse finite
-/// and each pick among a changing subset. Measured on the whole simulated matrix
-/// (docs/policies.md): geometric mean of prequal's p50 / p99 / p99.9 over the best other
+/// and each pick among a changing subset. Measured with the paper's HCL rule on the whole
+/// simulated matrix (docs/policies.md): geometric mean of prequal's p50 / p99 / p99.9 over the best other
 /// contender's 1.13 / 0.69 / 0.72 with 1.0, 1.04 / 0.64 / 0.67 with 0.5, no row worse. The cost:
 /// a shunned slow replica is somewhat more often the only cold reply (Beyond Round Robin,
-/// 99.952% within 1 s against 99.956%, mean of six seeds).
+/// 99.952% within 1 s against 99.956%, mean of six seeds). The default latency band now does
+/// most of what a smaller pool did for small clusters.
 pub fn pool_capacity(params: &ProbingParams, n: usize) -> u32 {
     if n == 0 || params.pool_share >= 1.0 {
         return params.pool_size;
