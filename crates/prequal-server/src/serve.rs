@@ -46,7 +46,7 @@ pub async fn serve<S, B>(
     B::Error: Into<BoxError>,
 {
     let builder = auto::Builder::new(TokioExecutor::new());
-    let open = |stream: TcpStream, peer: SocketAddr, graceful: &GracefulShutdown| {
+    let open = move |stream: TcpStream, peer: SocketAddr, graceful: &GracefulShutdown| {
         let connection = builder.serve_connection(
             TokioIo::new(stream),
             TowerToHyperService::new(service.clone()),
@@ -77,7 +77,7 @@ pub async fn serve_tls<S, B>(
     B::Error: Into<BoxError>,
 {
     let builder = auto::Builder::new(TokioExecutor::new());
-    let open = |stream: TcpStream, peer: SocketAddr, graceful: &GracefulShutdown| {
+    let open = move |stream: TcpStream, peer: SocketAddr, graceful: &GracefulShutdown| {
         // Watched from accept on, so a drain waits for a handshake under way (at most its
         // timeout) and then closes the new connection.
         let watcher = graceful.watcher();
@@ -99,7 +99,8 @@ pub async fn serve_tls<S, B>(
 }
 
 /// Accepts connections and hands each to `open` until `shutdown` completes, then waits up to
-/// `drain` for the connections `open` had watched to finish.
+/// `drain` for the connections `open` had watched to finish. `open` owns what it needs (the
+/// service above all), so the loop is `Send` whenever the service is, `Sync` or not.
 async fn accept_loop(
     listener: TcpListener,
     mut open: impl FnMut(TcpStream, SocketAddr, &GracefulShutdown),
