@@ -31,6 +31,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
+use prequal_server::tls::handshake;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
@@ -331,16 +332,8 @@ impl Serving {
         let acceptor = tls.acceptor();
         let limit = tls.handshake_timeout();
         tokio::spawn(async move {
-            let stream = match tokio::time::timeout(limit, acceptor.accept(stream)).await {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(error)) => {
-                    tracing::debug!(%remote, %error, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%remote, "TLS handshake timed out");
-                    return;
-                }
+            let Some(stream) = handshake(acceptor, stream, limit, remote).await else {
+                return;
             };
             let conn = builder
                 .serve_connection(TokioIo::new(stream), service)

@@ -8,131 +8,23 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::certs::*;
 use common::*;
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prequal_proxy::{Proxy, ProxyConfig};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-};
 use rustls::RootCertStore;
 use rustls::pki_types::{CertificateDer, ServerName};
 
 /// Bound on every network step of a test.
 const GUARD: Duration = Duration::from_secs(10);
-
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// A certificate authority made for one test.
-struct Ca {
-    issuer: Issuer<'static, KeyPair>,
-    pem: String,
-    der: CertificateDer<'static>,
-}
-
-/// A certificate and its key, signed by a [`Ca`].
-struct Leaf {
-    cert_pem: String,
-    key_pem: String,
-    der: CertificateDer<'static>,
-}
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        let key = KeyPair::generate().unwrap();
-        let cert = params.self_signed(&key).unwrap();
-        Ca {
-            pem: cert.pem(),
-            der: cert.der().clone(),
-            issuer: Issuer::new(params, key),
-        }
-    }
-
-    /// A server certificate for `names` (DNS names or IP addresses).
-    fn server(&self, names: &[&str]) -> Leaf {
-        self.leaf(names, ExtendedKeyUsagePurpose::ServerAuth)
-    }
-
-    /// A client certificate (for mutual TLS).
-    fn client(&self, name: &str) -> Leaf {
-        self.leaf(&[name], ExtendedKeyUsagePurpose::ClientAuth)
-    }
-
-    fn leaf(&self, names: &[&str], usage: ExtendedKeyUsagePurpose) -> Leaf {
-        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-        let mut params = CertificateParams::new(names.clone()).unwrap();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, &names[0]);
-        params.extended_key_usages = vec![usage];
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        Leaf {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-            der: cert.der().clone(),
-        }
-    }
-
-    fn roots(&self) -> RootCertStore {
-        let mut roots = RootCertStore::empty();
-        roots.add(self.der.clone()).unwrap();
-        roots
-    }
-}
-
-/// A directory of its own for one test's files, removed when dropped.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(test: &str) -> Dir {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, Ordering::SeqCst);
-        let path =
-            std::env::temp_dir().join(format!("prequal-tls-{}-{test}-{n}", std::process::id()));
-        std::fs::create_dir_all(&path).unwrap();
-        Dir(path)
-    }
-
-    /// Writes `text` to `name` as a replacement does: a new file renamed over the old one.
-    fn write(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.0.join(name);
-        let temporary = self.0.join(format!(".{name}.new"));
-        std::fs::write(&temporary, text).unwrap();
-        std::fs::rename(&temporary, &path).unwrap();
-        path
-    }
-
-    /// Writes a leaf's certificate and key as `NAME.pem` and `NAME.key`.
-    fn leaf(&self, name: &str, leaf: &Leaf) -> (PathBuf, PathBuf) {
-        let cert = self.write(&format!("{name}.pem"), &leaf.cert_pem);
-        let key = self.write(&format!("{name}.key"), &leaf.key_pem);
-        (cert, key)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// TOML for a path.
-fn toml_path(path: &Path) -> String {
-    toml::Value::String(path.display().to_string()).to_string()
-}
 
 /// `[server.tls]` serving `cert` and `key`, checked for change every 50 ms.
 fn server_tls(cert: &Path, key: &Path) -> String {

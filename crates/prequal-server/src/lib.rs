@@ -12,14 +12,21 @@
 //! - [`serve`](mod@serve): serving a tower service with HTTP/1.1 and h2c on one listener, with graceful
 //!   shutdown.
 //! - [`sidecar`]: [`Forward`], the transparent forwarder behind `prequal sidecar`.
+//! - `tls` (cargo feature `tls`): TLS with rustls shared by the sidecar and the proxy: PEM
+//!   files with errors naming the setting and the path, listener configs with ALPN and client
+//!   certificates, reload on file change, and `serve_tls`.
 
 pub mod layer;
 pub mod protocol;
 pub mod serve;
 pub mod sidecar;
+#[cfg(feature = "tls")]
+pub mod tls;
 pub mod tracker;
 
 pub use layer::{HintHook, ProbeHook, ProbeLayer, ProbeService, TrackedBody};
+#[cfg(feature = "tls")]
+pub use serve::serve_tls;
 pub use serve::{BoxError, serve, shutdown_signal};
 pub use sidecar::{Forward, ProxyBody, UpstreamError};
 pub use tracker::{Clock, SharedTracker};

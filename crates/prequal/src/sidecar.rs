@@ -4,14 +4,23 @@
 //! traffic to the replica unchanged over pooled connections, counts each request in flight
 //! until its response body has been relayed, and answers `GET /.prequal/probe?v=1` itself
 //! (docs/probe-protocol.md). It stops on SIGINT/SIGTERM after draining open connections.
+//!
+//! With `--tls-cert` and `--tls-key` it accepts TLS only (ALPN `h2` and `http/1.1` on the same
+//! port) and still forwards in cleartext to the replica on the same host; `--tls-client-ca`
+//! admits only clients with a certificate signed by that CA, such as a proxy with
+//! `[clusters.NAME.tls] client_cert`. The files are read again when they change.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use prequal_core::EstimatorConfig;
-use prequal_server::{Forward, ProbeLayer, SharedTracker, serve, shutdown_signal};
+use prequal_server::tls::{ReplicaTls, ReplicaTlsConfig};
+use prequal_server::{
+    Forward, ProbeLayer, ProbeService, SharedTracker, serve, serve_tls, shutdown_signal,
+};
 
 /// Arguments of `prequal sidecar`.
 #[derive(clap::Args, Debug)]
@@ -47,6 +56,22 @@ pub struct Args {
     /// On shutdown, how long open connections get to finish.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     drain: Duration,
+    /// Accept TLS only, serving this certificate chain (PEM, leaf first); needs --tls-key.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Require client certificates signed by a CA in this PEM bundle (mutual TLS); needs
+    /// --tls-cert. Default: any client.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
+    /// How often the TLS files are checked for change and read again ("0s": never).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    tls_watch_interval: Duration,
+    /// How long a client may take to complete its TLS handshake.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    tls_handshake_timeout: Duration,
     /// Log lines as `text` or `json` (one object per line), on stderr.
     #[arg(long, value_enum, default_value_t = crate::logging::LogFormat::Text)]
     log_format: crate::logging::LogFormat,
@@ -85,19 +110,58 @@ pub fn run(args: &Args) -> Result<()> {
     let service = tower::ServiceBuilder::new()
         .layer(ProbeLayer::new(tracker).piggyback(args.piggyback))
         .service(forward);
+    let tls = tls_config(args)?;
     let runtime = tokio::runtime::Runtime::new().context("prequal sidecar: starting tokio")?;
-    runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind(args.listen)
-            .await
-            .with_context(|| format!("prequal sidecar: cannot listen on {}", args.listen))?;
-        eprintln!(
-            "prequal sidecar: listening on {}, forwarding to {}, probes at /.prequal/probe",
-            listener.local_addr()?,
-            args.upstream
-        );
-        serve(listener, service, shutdown_signal(), args.drain).await;
-        Ok(())
-    })
+    runtime.block_on(listen_and_serve(args, service, tls))
+}
+
+/// Binds, says where on stderr, and serves (over TLS with `tls`) until SIGINT or SIGTERM.
+async fn listen_and_serve(
+    args: &Args,
+    service: ProbeService<Forward>,
+    tls: Option<ReplicaTlsConfig>,
+) -> Result<()> {
+    // Loaded inside the runtime, where the file watch can start.
+    let tls = match &tls {
+        Some(config) => {
+            Some(ReplicaTls::load(config).context("prequal sidecar: cannot load the TLS files")?)
+        }
+        None => None,
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("prequal sidecar: cannot listen on {}", args.listen))?;
+    let security = match &tls {
+        None => "",
+        Some(tls) if tls.requires_client_certificates() => "; TLS, client certificates required",
+        Some(_) => "; TLS",
+    };
+    eprintln!(
+        "prequal sidecar: listening on {}, forwarding to {}, probes at /.prequal/probe{security}",
+        listener.local_addr()?,
+        args.upstream
+    );
+    match tls {
+        Some(tls) => serve_tls(listener, service, tls, shutdown_signal(), args.drain).await,
+        None => serve(listener, service, shutdown_signal(), args.drain).await,
+    }
+    Ok(())
+}
+
+/// The TLS flags as a listener config, or `None` without `--tls-cert`.
+fn tls_config(args: &Args) -> Result<Option<ReplicaTlsConfig>> {
+    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
+        // clap refuses one of the pair without the other.
+        return Ok(None);
+    };
+    if args.tls_handshake_timeout.is_zero() {
+        anyhow::bail!("prequal sidecar: --tls-handshake-timeout must be greater than zero");
+    }
+    let mut config = ReplicaTlsConfig::new(cert, key);
+    config.client_ca = args.tls_client_ca.clone();
+    config.watch_interval = args.tls_watch_interval;
+    config.handshake_timeout = args.tls_handshake_timeout;
+    Ok(Some(config))
 }
 
 /// Logs to stderr as text, filtered by `RUST_LOG` (default: warnings and errors).

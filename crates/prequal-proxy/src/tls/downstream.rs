@@ -10,9 +10,10 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio_rustls::TlsAcceptor;
 
+use prequal_server::tls::{PemFile, certified_key, server_config, watch};
+
+use super::TlsError;
 use super::config::ServerTlsConfig;
-use super::pem::{PemFile, certified_key};
-use super::{ALPN_H2, ALPN_HTTP1, TlsError, watch};
 
 /// The listener's TLS: what accepts handshakes, and the certificates it serves.
 #[derive(Debug)]
@@ -30,15 +31,11 @@ impl ServerTls {
             certs: RwLock::new(Arc::new(Certs::load(config)?)),
             config: config.clone(),
         });
-        let mut server = rustls::ServerConfig::builder_with_provider(super::provider())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| TlsError::Invalid {
-                key: "server.tls".into(),
-                message: e.to_string(),
-            })?
-            .with_no_client_auth()
-            .with_cert_resolver(Arc::clone(&resolver) as Arc<dyn ResolvesServerCert>);
-        server.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP1.to_vec()];
+        let server = server_config(
+            "server.tls",
+            Arc::clone(&resolver) as Arc<dyn ResolvesServerCert>,
+            None,
+        )?;
         watch::spawn(&resolver, config.watch_interval);
         Ok(ServerTls {
             server: Arc::new(server),

@@ -26,64 +26,19 @@
 //!
 //! Every file error names the config key and the path, for example
 //! `server.tls.cert: cannot read /etc/prequal/cert.pem: No such file or directory`.
-
-use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
-
-use rustls::crypto::CryptoProvider;
+//!
+//! What does not depend on the proxy's config (reading PEM files, the server config with its
+//! ALPN, the bounded handshake, the file watch) lives in `prequal_server::tls`, where
+//! `prequal sidecar` uses it too.
 
 pub mod config;
 pub(crate) mod downstream;
-mod pem;
 pub(crate) mod upstream;
-mod watch;
 
 pub use self::config::{ServerTlsConfig, SniCertConfig, UpstreamTlsConfig};
 pub use self::downstream::ServerTls;
 pub use self::upstream::ClientTls;
-
-/// Why certificates or keys could not be loaded. The message names the config key and the file.
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    /// The file could not be read.
-    #[error("{key}: cannot read {}: {source}", path.display())]
-    Read {
-        /// The config key that names the file, for example `server.tls.cert`.
-        key: String,
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// The file was read but does not hold what the key needs.
-    #[error("{key}: {}: {message}", path.display())]
-    Content {
-        /// The config key that names the file.
-        key: String,
-        /// The file.
-        path: PathBuf,
-        /// What was wrong and what was expected.
-        message: String,
-    },
-    /// Something other than one file's content: no trusted roots, an unusable name.
-    #[error("{key}: {message}")]
-    Invalid {
-        /// The config key concerned.
-        key: String,
-        /// What was wrong.
-        message: String,
-    },
-}
-
-/// The crypto provider of every TLS config the proxy builds: rustls with `ring`. Named
-/// explicitly, never taken from the process default, so that a dependency enabling another
-/// provider cannot make the choice ambiguous.
-pub(crate) fn provider() -> Arc<CryptoProvider> {
-    static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
-    Arc::clone(PROVIDER.get_or_init(|| Arc::new(rustls::crypto::ring::default_provider())))
-}
-
-/// ALPN protocol ids.
-pub(crate) const ALPN_H2: &[u8] = b"h2";
-/// ALPN protocol id of HTTP/1.1.
-pub(crate) const ALPN_HTTP1: &[u8] = b"http/1.1";
+/// Why certificates or keys could not be loaded; the message names the config key and the
+/// file. Shared with the sidecar, whose messages name its flags instead.
+pub use prequal_server::tls::TlsError;
+pub(crate) use prequal_server::tls::{ALPN_H2, ALPN_HTTP1, provider};

@@ -10,9 +10,10 @@ use rustls::sign::SingleCertAndKey;
 use rustls::{ClientConfig, RootCertStore};
 use tokio_rustls::TlsConnector;
 
+use prequal_server::tls::{PemFile, certified_key, watch};
+
 use super::config::UpstreamTlsConfig;
-use super::pem::{PemFile, certified_key};
-use super::{ALPN_H2, ALPN_HTTP1, TlsError, watch};
+use super::{ALPN_H2, ALPN_HTTP1, TlsError};
 use crate::config::UpstreamProtocol;
 
 /// One cluster's client-side TLS, shared by its connection pools (requests and probes, every
@@ -167,35 +168,24 @@ fn client_config(
 /// The `ca` bundle's certificates, or the system's trust store without one.
 fn roots(prefix: &str, config: &UpstreamTlsConfig) -> Result<RootCertStore, TlsError> {
     let key = format!("{prefix}.ca");
+    if let Some(path) = &config.ca {
+        return PemFile { key: &key, path }.roots();
+    }
     let mut roots = RootCertStore::empty();
-    match &config.ca {
-        Some(path) => {
-            let file = PemFile { key: &key, path };
-            for cert in file.certificates()? {
-                roots.add(cert).map_err(|e| TlsError::Content {
-                    key: key.clone(),
-                    path: path.clone(),
-                    message: format!("not a usable CA certificate: {e}"),
-                })?;
-            }
-        }
-        None => {
-            let found = rustls_native_certs::load_native_certs();
-            let (added, _) = roots.add_parsable_certificates(found.certs);
-            if added == 0 {
-                let errors: Vec<String> = found.errors.iter().map(ToString::to_string).collect();
-                return Err(TlsError::Invalid {
-                    key,
-                    message: format!(
-                        "not set, and the system's trust store has no certificate{}; name a PEM bundle",
-                        match errors.is_empty() {
-                            true => String::new(),
-                            false => format!(" ({})", errors.join("; ")),
-                        }
-                    ),
-                });
-            }
-        }
+    let found = rustls_native_certs::load_native_certs();
+    let (added, _) = roots.add_parsable_certificates(found.certs);
+    if added == 0 {
+        let errors: Vec<String> = found.errors.iter().map(ToString::to_string).collect();
+        return Err(TlsError::Invalid {
+            key,
+            message: format!(
+                "not set, and the system's trust store has no certificate{}; name a PEM bundle",
+                match errors.is_empty() {
+                    true => String::new(),
+                    false => format!(" ({})", errors.join("; ")),
+                }
+            ),
+        });
     }
     Ok(roots)
 }

@@ -1,17 +1,18 @@
-//! Reading PEM files into what rustls needs, with errors that name the config key and the file.
+//! Reading PEM files into what rustls needs, with errors that name the setting and the file.
 
 use std::path::Path;
 
+use rustls::RootCertStore;
 use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
 
 use super::TlsError;
 
-/// One file named by a config key.
+/// One file, and the setting that names it (a dotted config key or a flag), for messages.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct PemFile<'a> {
-    /// The dotted config key, for messages.
+pub struct PemFile<'a> {
+    /// The setting, for example `server.tls.cert` or `--tls-cert`.
     pub key: &'a str,
     /// The file.
     pub path: &'a Path,
@@ -35,7 +36,7 @@ impl PemFile<'_> {
     }
 
     /// Every `CERTIFICATE` section, in order; at least one.
-    pub(crate) fn certificates(&self) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    pub fn certificates(&self) -> Result<Vec<CertificateDer<'static>>, TlsError> {
         let bytes = self.read()?;
         let certs = CertificateDer::pem_slice_iter(&bytes)
             .collect::<Result<Vec<_>, pem::Error>>()
@@ -47,17 +48,28 @@ impl PemFile<'_> {
     }
 
     /// The first private key (PKCS#8, PKCS#1 or SEC1).
-    pub(crate) fn private_key(&self) -> Result<PrivateKeyDer<'static>, TlsError> {
+    pub fn private_key(&self) -> Result<PrivateKeyDer<'static>, TlsError> {
         let bytes = self.read()?;
         PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| match e {
             pem::Error::NoItemsFound => self.content("holds no PEM private key section"),
             other => self.content(describe(&other)),
         })
     }
+
+    /// A CA bundle: every certificate in it, as trust anchors; at least one.
+    pub fn roots(&self) -> Result<RootCertStore, TlsError> {
+        let mut roots = RootCertStore::empty();
+        for cert in self.certificates()? {
+            roots
+                .add(cert)
+                .map_err(|e| self.content(format!("not a usable CA certificate: {e}")))?;
+        }
+        Ok(roots)
+    }
 }
 
 /// A certificate chain and its key, loaded and checked to belong together.
-pub(crate) fn certified_key(cert: PemFile<'_>, key: PemFile<'_>) -> Result<CertifiedKey, TlsError> {
+pub fn certified_key(cert: PemFile<'_>, key: PemFile<'_>) -> Result<CertifiedKey, TlsError> {
     let chain = cert.certificates()?;
     let private = key.private_key()?;
     CertifiedKey::from_der(chain, private, &super::provider()).map_err(|e| {

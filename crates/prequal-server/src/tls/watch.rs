@@ -1,5 +1,8 @@
-//! Polling certificate files for change: the same modification-time-and-size check as the
-//! config file and `upstreams_file`, for a set of files at once.
+//! Polling certificate files for change: a change of modification time or size of any of a
+//! set of files (the proxy checks its config file and `upstreams_file` the same way) reloads
+//! everything built from the set. A reload that fails leaves what is in force, is logged with
+//! the error (which names the file), and is tried again at the next poll: the files may be
+//! caught between two renames.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
@@ -8,12 +11,12 @@ use std::time::{Duration, SystemTime};
 use super::TlsError;
 
 /// Something whose certificates come from files and can be read again.
-pub(crate) trait Reload: Send + Sync + 'static {
+pub trait Reload: Send + Sync + 'static {
     /// The files to watch.
     fn files(&self) -> Vec<PathBuf>;
     /// Reads every file again and swaps the result in; on error nothing changes.
     fn reload(&self) -> Result<(), TlsError>;
-    /// What is reloaded, for log lines (`server.tls`, `clusters.api.tls`).
+    /// What is reloaded, for log lines (`server.tls`, `clusters.api.tls`, `--tls-cert`).
     fn what(&self) -> &str;
 }
 
@@ -32,7 +35,7 @@ fn stamps(files: &[PathBuf]) -> Stamps {
 
 /// Watches `target`'s files every `interval` (not at all when it is zero) on the current
 /// runtime. The task holds a weak reference and ends once `target` is dropped.
-pub(crate) fn spawn<T: Reload>(target: &Arc<T>, interval: Duration) {
+pub fn spawn<T: Reload>(target: &Arc<T>, interval: Duration) {
     if interval.is_zero() {
         return;
     }
