@@ -290,6 +290,11 @@ pub struct ProxyCounters {
     pub hedges_won: u64,
     /// `prequal_proxy_hedges_refused_total`: hedges the budget refused.
     pub hedges_refused: u64,
+    /// `prequal_proxy_probes_total{result="ok"}`: probes answered in time.
+    pub probes_ok: u64,
+    /// `prequal_proxy_probes_total` with any other result: probes that failed, timed out,
+    /// were dropped or were skipped (too many outstanding to one replica).
+    pub probes_failed: u64,
 }
 
 impl ProxyCounters {
@@ -304,6 +309,10 @@ impl ProxyCounters {
                 continue;
             };
             let slot = match &line[..name_end] {
+                "prequal_proxy_probes_total" if line.contains("result=\"ok\"") => {
+                    &mut self.probes_ok
+                }
+                "prequal_proxy_probes_total" => &mut self.probes_failed,
                 "prequal_proxy_requests_total" => &mut self.requests,
                 "prequal_proxy_upstream_tries_total" => &mut self.upstream_tries,
                 "prequal_proxy_retries_total" => &mut self.retries,
@@ -314,6 +323,16 @@ impl ProxyCounters {
             };
             *slot += value.max(0.0) as u64;
         }
+    }
+
+    /// Probes sent (answered or not) per query the load generator sent.
+    pub fn probes_per_query(&self, queries: u64) -> f64 {
+        (self.probes_ok + self.probes_failed) as f64 / queries.max(1) as f64
+    }
+
+    /// The share of probes that failed, timed out, were dropped or skipped, in percent.
+    pub fn probe_failure_pct(&self) -> f64 {
+        100.0 * self.probes_failed as f64 / (self.probes_ok + self.probes_failed).max(1) as f64
     }
 
     /// The report's hedging line for `queries` queries: hedges sent, won and refused, and
@@ -808,13 +827,22 @@ impl ExperimentReport {
             return String::new();
         }
         let mut out = format!(
-            "{:<34} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}\n",
-            "prequal proxies", "queries", "extra", "retries", "hedges", "won", "refused", "tries"
+            "{:<34} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8} {:>10}\n",
+            "prequal proxies",
+            "queries",
+            "extra",
+            "retries",
+            "hedges",
+            "won",
+            "refused",
+            "tries",
+            "probes/q",
+            "probe fail"
         );
         for r in rows {
             let c = &r.counters;
             out.push_str(&format!(
-                "{:<34} {:>9} {:>7.2}% {:>8} {:>8} {:>8} {:>8} {:>9}\n",
+                "{:<34} {:>9} {:>7.2}% {:>8} {:>8} {:>8} {:>8} {:>9} {:>8.2} {:>9.2}%\n",
                 r.label,
                 r.queries,
                 r.extra_pct,
@@ -822,7 +850,9 @@ impl ExperimentReport {
                 c.hedges,
                 c.hedges_won,
                 c.hedges_refused,
-                c.upstream_tries
+                c.upstream_tries,
+                c.probes_per_query(r.queries),
+                c.probe_failure_pct()
             ));
         }
         out
@@ -835,13 +865,13 @@ impl ExperimentReport {
             return String::new();
         }
         let mut out = String::from(
-            "| prequal proxies | queries | extra | retries | hedges sent / won / refused | tries counted |\n\
-             |---|--:|--:|--:|--:|--:|\n",
+            "| prequal proxies | queries | extra | retries | hedges sent / won / refused | tries counted | probes per query | probes failed |\n\
+             |---|--:|--:|--:|--:|--:|--:|--:|\n",
         );
         for r in rows {
             let c = &r.counters;
             out.push_str(&format!(
-                "| {} | {} | {:.2}% | {} | {} / {} / {} | {} |\n",
+                "| {} | {} | {:.2}% | {} | {} / {} / {} | {} | {:.2} | {:.2}% |\n",
                 r.label,
                 r.queries,
                 r.extra_pct,
@@ -849,7 +879,9 @@ impl ExperimentReport {
                 c.hedges,
                 c.hedges_won,
                 c.hedges_refused,
-                c.upstream_tries
+                c.upstream_tries,
+                c.probes_per_query(r.queries),
+                c.probe_failure_pct()
             ));
         }
         out
@@ -927,7 +959,10 @@ mod tests {
             prequal_proxy_upstream_tries_total{cluster=\"default\",outcome=\"success\"} 1030\n\
             prequal_proxy_upstream_tries_total{cluster=\"default\",outcome=\"error\"} 20\n\
             prequal_proxy_retries_total{cluster=\"default\"} 10\n\
-            prequal_proxy_requests_total 1000\n";
+            prequal_proxy_requests_total 1000\n\
+            prequal_proxy_probes_total{cluster=\"default\",result=\"ok\"} 2900\n\
+            prequal_proxy_probes_total{cluster=\"default\",result=\"failed\"} 60\n\
+            prequal_proxy_probes_total{cluster=\"default\",result=\"skipped\"} 40\n";
         let mut counters = ProxyCounters::default();
         counters.add_exposition(text);
         counters.add_exposition(text);
@@ -937,6 +972,9 @@ mod tests {
         assert_eq!(counters.upstream_tries, 2100);
         assert_eq!(counters.retries, 20);
         assert_eq!(counters.requests, 2000);
+        assert_eq!((counters.probes_ok, counters.probes_failed), (5800, 200));
+        assert!((counters.probes_per_query(2000) - 3.0).abs() < 1e-9);
+        assert!((counters.probe_failure_pct() - 200.0 / 60.0).abs() < 1e-9);
         let summary = counters.hedge_summary(2000);
         // 20 retries and 80 hedges over 2000 queries.
         assert!((summary.extra_pct - 5.0).abs() < 1e-9, "{summary:?}");

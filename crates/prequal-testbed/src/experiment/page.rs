@@ -103,17 +103,20 @@ pub fn render(report: &ExperimentReport, svgs: &[(&str, String)]) -> String {
         out.push_str(
             "<p class=\"note\">The prequal proxies' own counters (admin <code>/metrics</code>), \
              summed over instances: the tries sent beyond one per query (retries and hedges), \
-             retries, hedges sent, won and refused by the hedge budget, and the tries counted \
-             by outcome (<code>prequal_proxy_upstream_tries_total</code>).</p>\n\
+             retries, hedges sent, won and refused by the hedge budget, the tries counted \
+             by outcome (<code>prequal_proxy_upstream_tries_total</code>), probes sent per \
+             query, and the share of probes that failed, timed out, were dropped or skipped \
+             (<code>prequal_proxy_probes_total</code>).</p>\n\
              <table><tr><th>prequal proxies</th><th>queries</th><th>extra</th><th>retries</th>\
-             <th>hedges sent</th><th>won</th><th>refused</th><th>tries counted</th></tr>\n",
+             <th>hedges sent</th><th>won</th><th>refused</th><th>tries counted</th>\
+             <th>probes per query</th><th>probes failed</th></tr>\n",
         );
         for r in rows {
             let c = &r.counters;
             let _ = writeln!(
                 out,
                 "<tr><td>{}</td><td>{}</td><td>{:.2}%</td><td>{}</td><td>{}</td><td>{}</td>\
-                 <td>{}</td><td>{}</td></tr>",
+                 <td>{}</td><td>{}</td><td>{:.2}</td><td>{:.2}%</td></tr>",
                 esc(&r.label),
                 r.queries,
                 r.extra_pct,
@@ -121,7 +124,9 @@ pub fn render(report: &ExperimentReport, svgs: &[(&str, String)]) -> String {
                 c.hedges,
                 c.hedges_won,
                 c.hedges_refused,
-                c.upstream_tries
+                c.upstream_tries,
+                c.probes_per_query(r.queries),
+                c.probe_failure_pct()
             );
         }
         out.push_str("</table>\n");
