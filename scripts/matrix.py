@@ -5,7 +5,8 @@ prequal variant given as a TOML inline table, and prints each variant's p50 / p9
 the best peer's ('*' marks a row meeting the target: p50 within 5%, tails at or below), then
 geometric means. Usage: python3 scripts/matrix.py '{ name = "prequal" }' ...
 Needs target/release/prequal (cargo build --release -p prequal); deterministic for the seeds in
-the scenario files (or SEED=n in the environment for another seed)."""
+the scenario files (or SEED=n in the environment for another seed). EXTRA='[estimator]\\nstale_half_life = "2s"'
+appends TOML to every scenario (for settings outside the policy, such as the replicas' tracker)."""
 import json, re, subprocess, sys, os
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("BIN", os.path.join(ROOT, "target/release/prequal"))
@@ -28,6 +29,8 @@ for name in matrix:
     conts = ", ".join(f'"{p}"' for p in ps) + ", " + ", ".join(variants)
     text = text[:m.start()] + f"contenders = [{conts}]\n" + text[m.end():]
     path = f"{TMP}/{name}.toml"
+    if os.environ.get("EXTRA"):
+        text += "\n" + os.environ["EXTRA"].replace("\\n", "\n") + "\n"
     open(path, "w").write(text)
     ts = "0.1" if name == "prequal-ramp" else "1"
     seed = ["--seed", os.environ["SEED"]] if os.environ.get("SEED") else []
