@@ -13,7 +13,8 @@
 #
 # Target (docs/performance.md): memory and descriptors flat (within 10% after warm-up), no error
 # outside the kill windows. Everything runs on 127.0.0.1; every process it starts is stopped on
-# exit. Needs python3 for the final arithmetic. Env: RATE (2000), BASE_PORT (19300).
+# exit. Needs python3 for the final arithmetic. Env: RATE (2000), BASE_PORT (19300), BIN (a
+# prequal binary to run instead of building target/release/prequal).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,8 +31,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cargo build --release -q -p prequal
-BIN=target/release/prequal
+if [ -z "${BIN:-}" ]; then
+    cargo build --release -q -p prequal
+    BIN=target/release/prequal
+fi
 
 declare -a REPLICA_PIDS
 start_replica() { # index
