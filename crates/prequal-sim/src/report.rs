@@ -10,7 +10,7 @@ use prequal_core::{HedgeConfig, PolicyConfig};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{self, RunOutput, SimError};
+use crate::engine::{self, HedgeSummary, RunOutput, SimError};
 use crate::model::ModelError;
 use crate::scenario::Compiled;
 
@@ -289,7 +289,14 @@ impl Report {
         for line in self.best_lines() {
             let _ = writeln!(out, "{line}");
         }
-        if self.runs.iter().any(|r| r.output.hedging.is_some()) {
+        // Only when some run sent a hedge or an extra try: live, every prequal proxy reports
+        // its counters, and a table of zeros says nothing.
+        let hedged = |h: &HedgeSummary| h.sent > 0 || h.refused > 0 || h.tries > h.queries;
+        if self
+            .runs
+            .iter()
+            .any(|r| r.output.hedging.as_ref().is_some_and(hedged))
+        {
             out.push('\n');
             out.push_str(&self.hedge_table());
         }
