@@ -214,6 +214,102 @@ async fn one_port_offers_h2_first_then_http1() {
     assert_eq!(conn.get("/work").await.0, 200);
 }
 
+/// One GET `/work` over HTTP/1.1 and TLS to `addr`, presenting `client` when given: the status,
+/// or the error (a refused client certificate may show at the handshake or at the request).
+async fn get_with_client_cert(
+    addr: SocketAddr,
+    ca: &Ca,
+    client: Option<&Leaf>,
+) -> Result<u16, String> {
+    use rustls::pki_types::PrivateKeyDer;
+    use rustls::pki_types::pem::PemObject;
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(ca.roots());
+    let mut config = match client {
+        None => builder.with_no_client_auth(),
+        Some(leaf) => {
+            let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap();
+            builder
+                .with_client_auth_cert(vec![leaf.der.clone()], key)
+                .unwrap()
+        }
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let exchange = async {
+        let tcp = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        let name = ServerName::try_from("proxy.test").unwrap();
+        let tls = connector
+            .connect(name, tcp)
+            .await
+            .map_err(|e| e.to_string())?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        let request = Request::get("/work")
+            .header(http::header::HOST, "proxy.test")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(response.status().as_u16())
+    };
+    tokio::time::timeout(GUARD, exchange)
+        .await
+        .expect("answered or refused within the guard")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_ca_demands_a_client_certificate_it_signed() {
+    let dir = Dir::new("client-ca");
+    let ca = Ca::new("test CA");
+    let clients = Ca::new("client CA");
+    let other = Ca::new("other CA");
+    let (cert, key) = dir.leaf("proxy", &ca.server(&["proxy.test"]));
+    let client_ca = dir.write("clients.pem", &clients.pem);
+    let backend = Backend::start().await;
+    let text = config_text(&[&backend], Proto::H1, "\"round-robin\"", "")
+        + &server_tls(&cert, &key)
+        + &format!("client_ca = {}\n", toml_path(&client_ca));
+    let proxy = start_proxy(&text).await;
+
+    let good = clients.client("service-a");
+    assert_eq!(
+        get_with_client_cert(proxy.addr, &ca, Some(&good)).await,
+        Ok(200)
+    );
+    let none = get_with_client_cert(proxy.addr, &ca, None).await;
+    assert!(
+        none.is_err(),
+        "no client certificate must be refused: {none:?}"
+    );
+    let stranger = other.client("service-b");
+    let wrong = get_with_client_cert(proxy.addr, &ca, Some(&stranger)).await;
+    assert!(
+        wrong.is_err(),
+        "another CA's certificate must be refused: {wrong:?}"
+    );
+    assert_eq!(backend.hits(), 1);
+
+    // A missing bundle is an error naming the key and the file.
+    let missing = dir.0.join("missing.pem");
+    let text = config_text(&[&backend], Proto::H1, "\"round-robin\"", "")
+        + &server_tls(&cert, &key)
+        + &format!("client_ca = {}\n", toml_path(&missing));
+    let error = bind_error(&text).await;
+    assert!(
+        error.contains("server.tls.client_ca") && error.contains("missing.pem"),
+        "{error}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sni_picks_the_certificate() {
     let dir = Dir::new("sni");

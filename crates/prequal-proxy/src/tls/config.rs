@@ -36,6 +36,12 @@ pub struct ServerTlsConfig {
     /// More certificates, each served to clients that ask for its `server_name`.
     #[serde(default)]
     pub sni: Vec<SniCertConfig>,
+    /// Certificate authorities (a PEM bundle) whose client certificates the listener demands:
+    /// with it, a client without a certificate signed by one of them is refused at the
+    /// handshake (mutual TLS). Read when the listener starts; a change needs a restart.
+    /// Default none: clients are not asked for certificates.
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
     /// How often the certificate and key files are checked for change; `0s` turns the check
     /// off. Default `5s`.
     #[serde(default = "default_watch_interval", with = "humantime_serde")]
@@ -102,6 +108,7 @@ impl ServerTlsConfig {
             cert: cert.into(),
             key: key.into(),
             sni: Vec::new(),
+            client_ca: None,
             watch_interval: DEFAULT_WATCH_INTERVAL,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
         }

@@ -31,10 +31,14 @@ impl ServerTls {
             certs: RwLock::new(Arc::new(Certs::load(config)?)),
             config: config.clone(),
         });
+        let client_ca = config.client_ca.as_deref().map(|path| PemFile {
+            key: "server.tls.client_ca",
+            path,
+        });
         let server = server_config(
             "server.tls",
             Arc::clone(&resolver) as Arc<dyn ResolvesServerCert>,
-            None,
+            client_ca,
         )?;
         watch::spawn(&resolver, config.watch_interval);
         Ok(ServerTls {
