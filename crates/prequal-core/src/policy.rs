@@ -72,6 +72,28 @@ impl Outcome {
     pub fn is_failure(self) -> bool {
         matches!(self, Outcome::Error | Outcome::Timeout)
     }
+
+    /// What a gRPC status code (the `grpc-status` value, in a response's trailers or in the
+    /// head of a trailers-only response) says about the replica that answered:
+    /// DEADLINE_EXCEEDED (4) is a timeout; UNKNOWN (2), RESOURCE_EXHAUSTED (8), INTERNAL (13),
+    /// UNAVAILABLE (14) and DATA_LOSS (15) are errors; every other code is a success: OK, and
+    /// the codes that blame the caller (NOT_FOUND, INVALID_ARGUMENT, PERMISSION_DENIED, ...),
+    /// which say nothing against the replica.
+    ///
+    /// ```
+    /// use prequal_core::Outcome;
+    /// assert_eq!(Outcome::from_grpc_status(b"0"), Outcome::Success);
+    /// assert_eq!(Outcome::from_grpc_status(b"4"), Outcome::Timeout);
+    /// assert_eq!(Outcome::from_grpc_status(b"14"), Outcome::Error);
+    /// assert_eq!(Outcome::from_grpc_status(b"5"), Outcome::Success);
+    /// ```
+    pub fn from_grpc_status(code: &[u8]) -> Outcome {
+        match code {
+            b"4" => Outcome::Timeout,
+            b"2" | b"8" | b"13" | b"14" | b"15" => Outcome::Error,
+            _ => Outcome::Success,
+        }
+    }
 }
 
 /// Feedback for one finished query.

@@ -89,15 +89,7 @@ impl Drop for TryGuard {
     }
 }
 
-/// True when a gRPC status (in trailers, or in the head of a trailers-only response) says the
-/// server failed: UNKNOWN, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, INTERNAL, UNAVAILABLE or
-/// DATA_LOSS. Other codes (NOT_FOUND, INVALID_ARGUMENT, ...) are the caller's problem, not the
-/// replica's, so they do not count against it.
-pub fn grpc_failed(headers: &http::HeaderMap) -> bool {
-    headers
-        .get("grpc-status")
-        .is_some_and(|v| matches!(v.as_bytes(), b"2" | b"4" | b"8" | b"13" | b"14" | b"15"))
-}
+pub use prequal_server::edge::grpc_outcome;
 
 /// Completes a try whose response body has ended: a success unless it already failed.
 fn finish(guard: &mut Option<TryGuard>) {
@@ -144,10 +136,11 @@ where
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(trailers) = frame.trailers_ref()
-                    && grpc_failed(trailers)
+                    && let outcome = grpc_outcome(trailers)
+                    && outcome.is_failure()
                     && let Some(guard) = this.guard.as_mut()
                 {
-                    guard.outcome = Outcome::Error;
+                    guard.outcome = outcome;
                 }
                 // Trailers are a body's last frame, and hyper polls no further a body that
                 // says it has ended or has sent all its declared length: its end is now.

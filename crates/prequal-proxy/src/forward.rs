@@ -27,7 +27,7 @@
 //! first (see [`crate::replay`]); larger ones stream to the first try and are never sent twice,
 //! so such a request is neither retried nor hedged. Every try is reported to the policy with
 //! its outcome (a 5xx is an error, so error aversion sees fast failures; so is a gRPC status
-//! that blames the server, see [`grpc_failed`]).
+//! that blames the server, see [`grpc_outcome`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -45,7 +45,7 @@ use prequal_core::{Outcome, ReplicaId};
 use prequal_server::protocol::{LOAD_HEADER, parse_reply};
 
 use crate::access_log::Served;
-use crate::body::{ProxyBody, Tracked, TryGuard, full, grpc_failed};
+use crate::body::{ProxyBody, Tracked, TryGuard, full, grpc_outcome};
 use crate::cluster::{Cluster, Strict};
 use crate::headers::{ClientHop, add_forwarding, strip_hop_by_hop};
 use crate::replay::RequestBody;
@@ -371,8 +371,11 @@ fn relay(response: Response<UpstreamBody>, mut guard: TryGuard) -> Step {
         .and_then(|v| parse_reply(v.as_bytes()).ok());
     guard.answered = Some(guard.start.elapsed());
     let failed = response.status().is_server_error();
-    if failed || grpc_failed(response.headers()) {
+    let grpc = grpc_outcome(response.headers());
+    if failed {
         guard.outcome = Outcome::Error;
+    } else if grpc.is_failure() {
+        guard.outcome = grpc;
     } else if response.body().is_end_stream() {
         // Nobody polls a body that is known to be empty, so its end is now.
         guard.outcome = Outcome::Success;

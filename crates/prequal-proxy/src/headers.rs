@@ -1,67 +1,20 @@
 //! Header handling for a forwarding proxy (RFC 9110 section 7.6).
 //!
 //! Hop-by-hop headers describe one connection, not the message, so they are removed in both
-//! directions: the fixed list below plus every header named in `Connection`. `TE: trailers` is
-//! the one exception kept on requests, because gRPC servers require it to promise trailers. On
-//! requests the proxy then records itself: the client's address is appended to
-//! `X-Forwarded-For` and to `Forwarded` (RFC 7239), and `Via` gets this hop.
-//!
-//! Both run on every request, so they are shaped for the common case: stripping first scans the
-//! few headers a request has and touches the map only if one of them is hop-by-hop, and the
-//! client's address is formatted once per connection ([`ClientHop`]), not once per request.
+//! directions by [`strip_hop_by_hop`], the one the sidecar uses too (`prequal_server::edge`).
+//! On requests the proxy then records itself: the client's address is appended to
+//! `X-Forwarded-For` and to `Forwarded` (RFC 7239), and `Via` gets this hop. This runs on
+//! every request, so the client's address is formatted once per connection ([`ClientHop`]),
+//! not once per request.
 
 use std::net::{IpAddr, SocketAddr};
 
 use http::Version;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
-const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+pub use prequal_server::edge::strip_hop_by_hop;
+
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-
-/// Headers that are always hop-by-hop.
-/// (`Trailer` is not among them: it describes the message, and HTTP/1.1 senders need it to
-/// forward trailers.)
-const HOP_BY_HOP: [HeaderName; 8] = [
-    header::CONNECTION,
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-    KEEP_ALIVE,
-    PROXY_CONNECTION,
-];
-
-/// Removes hop-by-hop headers. `keep_te_trailers` keeps a `TE: trailers` request header.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_te_trailers: bool) {
-    // Most messages carry none: one pass over the names, no hashing, and done.
-    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
-        return;
-    }
-    let keep_te = keep_te_trailers
-        && headers
-            .get_all(header::TE)
-            .iter()
-            .any(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
-    // Names listed in Connection are hop-by-hop for this message too.
-    let listed: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
-    for name in listed {
-        headers.remove(name);
-    }
-    for name in HOP_BY_HOP {
-        headers.remove(name);
-    }
-    if keep_te {
-        headers.insert(header::TE, HeaderValue::from_static("trailers"));
-    }
-}
 
 /// The client end of one connection, with its forwarding header values formatted once.
 #[derive(Debug, Clone)]
@@ -135,48 +88,6 @@ pub fn add_forwarding(headers: &mut HeaderMap, client: &ClientHop, version: Vers
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn strips_fixed_and_listed_hop_by_hop_headers() {
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            header::CONNECTION,
-            HeaderValue::from_static("x-secret, close"),
-        );
-        headers.insert("x-secret", HeaderValue::from_static("1"));
-        headers.insert("keep-alive", HeaderValue::from_static("timeout=5"));
-        headers.insert(header::TE, HeaderValue::from_static("trailers"));
-        headers.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
-        strip_hop_by_hop(&mut headers, true);
-        assert!(headers.get("x-secret").is_none());
-        assert!(headers.get(header::CONNECTION).is_none());
-        assert!(headers.get("keep-alive").is_none());
-        assert_eq!(headers.get(header::TE).unwrap(), "trailers");
-        assert_eq!(headers.get(header::ACCEPT).unwrap(), "*/*");
-        strip_hop_by_hop(&mut headers, false);
-        assert!(headers.get(header::TE).is_none());
-    }
-
-    #[test]
-    fn strips_each_fixed_header_alone() {
-        for name in [
-            "keep-alive",
-            "proxy-connection",
-            "upgrade",
-            "transfer-encoding",
-        ] {
-            let mut headers = HeaderMap::new();
-            headers.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
-            headers.insert(name, HeaderValue::from_static("x"));
-            strip_hop_by_hop(&mut headers, true);
-            assert!(headers.get(name).is_none(), "{name} kept");
-            assert_eq!(headers.len(), 1);
-        }
-        let mut clean = HeaderMap::new();
-        clean.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
-        strip_hop_by_hop(&mut clean, false);
-        assert_eq!(clean.len(), 1);
-    }
 
     #[test]
     fn forwarding_headers_append() {

@@ -45,12 +45,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use prequal_core::{Arrival, LoadReport, Outcome};
 use tower::{Layer, Service};
 
+use crate::edge::grpc_outcome;
 use crate::protocol::{self, LOAD_HEADER, PROBE_PATH, RequestError};
 use crate::tracker::SharedTracker;
 
@@ -313,15 +314,6 @@ fn track_response<B: Body>(
         },
     };
     Response::from_parts(parts, body)
-}
-
-/// The outcome a `grpc-status` header or trailer implies (success when absent).
-fn grpc_outcome(headers: &HeaderMap) -> Outcome {
-    match headers.get("grpc-status").map(HeaderValue::as_bytes) {
-        Some(b"4") => Outcome::Timeout,
-        Some(b"2" | b"8" | b"13" | b"14" | b"15") => Outcome::Error,
-        _ => Outcome::Success,
-    }
 }
 
 /// Keeps a query counted in flight until it is finished or dropped.

@@ -12,10 +12,13 @@
 //! - [`serve`](mod@serve): serving a tower service with HTTP/1.1 and h2c on one listener, with graceful
 //!   shutdown.
 //! - [`sidecar`]: [`Forward`], the transparent forwarder behind `prequal sidecar`.
+//! - [`edge`]: what every HTTP hop does the same way: hop-by-hop headers and what a gRPC
+//!   status says about the replica (shared with the proxy and the tower balancer).
 //! - `tls` (cargo feature `tls`): TLS with rustls shared by the sidecar and the proxy: PEM
 //!   files with errors naming the setting and the path, listener configs with ALPN and client
 //!   certificates, reload on file change, and `serve_tls`.
 
+pub mod edge;
 pub mod layer;
 pub mod protocol;
 pub mod serve;

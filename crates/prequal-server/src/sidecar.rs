@@ -19,7 +19,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderName};
 use http::uri::{Authority, Scheme, Uri};
 use http::{Request, Response, StatusCode, Version};
 use http_body_util::combinators::UnsyncBoxBody;
@@ -29,6 +28,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
+use crate::edge::strip_hop_by_hop;
 use crate::serve::BoxError;
 
 /// The body the sidecar answers with: the upstream's, or a short error text.
@@ -91,7 +91,7 @@ impl tower::Service<Request<Incoming>> for Forward {
     fn call(&mut self, request: Request<Incoming>) -> Self::Future {
         let (mut parts, body) = request.into_parts();
         let http2 = parts.version == Version::HTTP_2;
-        strip_hop_by_hop(&mut parts.headers);
+        strip_hop_by_hop(&mut parts.headers, true);
         parts.uri = upstream_uri(&parts.uri, &self.upstream);
         let client = if http2 {
             self.http2.clone()
@@ -104,7 +104,7 @@ impl tower::Service<Request<Incoming>> for Forward {
             match client.request(request).await {
                 Ok(response) => {
                     let (mut parts, body) = response.into_parts();
-                    strip_hop_by_hop(&mut parts.headers);
+                    strip_hop_by_hop(&mut parts.headers, false);
                     let body = body.map_err(BoxError::from).boxed_unsync();
                     Ok(Response::from_parts(parts, body))
                 }
@@ -130,40 +130,6 @@ fn upstream_uri(uri: &Uri, upstream: &Authority) -> Uri {
     Uri::from_parts(parts).unwrap_or_else(|_| uri.clone())
 }
 
-/// Removes the headers that describe one connection rather than the message (RFC 9110
-/// section 7.6.1), including any the `Connection` header names. `TE: trailers` stays: gRPC
-/// requires it end to end.
-fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| name.trim().parse().ok())
-        .collect();
-    for name in named {
-        headers.remove(name);
-    }
-    let keep_te = headers
-        .get(header::TE)
-        .is_some_and(|te| te.as_bytes().eq_ignore_ascii_case(b"trailers"));
-    for name in [
-        header::CONNECTION,
-        header::PROXY_AUTHORIZATION,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-        header::TRAILER,
-    ] {
-        headers.remove(name);
-    }
-    for name in ["keep-alive", "proxy-connection"] {
-        headers.remove(name);
-    }
-    if !keep_te {
-        headers.remove(header::TE);
-    }
-}
-
 fn bad_gateway(error: &hyper_util::client::legacy::Error) -> Response<ProxyBody> {
     let text = format!("prequal sidecar: upstream unavailable ({error})\n");
     let body = Full::new(Bytes::from(text))
@@ -177,23 +143,6 @@ fn bad_gateway(error: &hyper_util::client::legacy::Error) -> Response<ProxyBody>
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn hop_by_hop_headers_go_and_te_trailers_stays() {
-        let mut headers = HeaderMap::new();
-        headers.insert(header::CONNECTION, "keep-alive, x-private".parse().unwrap());
-        headers.insert("x-private", "1".parse().unwrap());
-        headers.insert("keep-alive", "timeout=5".parse().unwrap());
-        headers.insert(header::TE, "trailers".parse().unwrap());
-        headers.insert(header::CONTENT_TYPE, "application/grpc".parse().unwrap());
-        strip_hop_by_hop(&mut headers);
-        let mut left: Vec<_> = headers.keys().map(HeaderName::as_str).collect();
-        left.sort_unstable();
-        assert_eq!(left, ["content-type", "te"]);
-        headers.insert(header::TE, "gzip".parse().unwrap());
-        strip_hop_by_hop(&mut headers);
-        assert!(headers.get(header::TE).is_none());
-    }
 
     #[test]
     fn uri_is_aimed_at_the_upstream() {

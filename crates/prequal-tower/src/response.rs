@@ -23,10 +23,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use http::{HeaderMap, HeaderValue, Response};
+use http::Response;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use prequal_core::Outcome;
+use prequal_server::edge::grpc_outcome;
 use prequal_server::protocol::{LOAD_HEADER, parse_reply};
 
 use crate::BoxError;
@@ -131,15 +132,6 @@ fn track<B: Body>(response: Response<B>, mut in_flight: InFlight) -> Response<Re
             outcome,
         },
     )
-}
-
-/// The outcome a `grpc-status` header or trailer implies (success when absent).
-fn grpc_outcome(headers: &HeaderMap) -> Outcome {
-    match headers.get("grpc-status").map(HeaderValue::as_bytes) {
-        Some(b"4") => Outcome::Timeout,
-        Some(b"2" | b"8" | b"13" | b"14" | b"15") => Outcome::Error,
-        _ => Outcome::Success,
-    }
 }
 
 pin_project! {
