@@ -146,7 +146,7 @@ pub async fn forward(
             () = sleep_until_some(hedging) => {
                 hedge_at = None;
                 let Some((started, _)) = hedge_plan else { continue };
-                match cluster.poll_hedge(started, hedges_sent) {
+                match cluster.poll_hedge(started, hedges_sent, &tries.tried) {
                     Some(Ok(())) => {
                         let last = attempts + 1 == config.max_attempts;
                         if let Some(next) = tries.start(false, true, Strict::Yes, last).await {

@@ -177,3 +177,32 @@ over_h1_and_h2!(
     a_try_that_fails_beside_a_hung_one_is_retried_at_once,
     failed_hedge_beside_a_hung_try
 );
+
+async fn no_hedge_charged_with_nowhere_to_go(proto: Proto) {
+    let backends = futures_join(2).await;
+    // Round robin sends every other first try to the replica that answers 502; its retry goes
+    // to the slow one, the only replica left, so the hedge then due has nowhere to go.
+    backends[0].set_status(502);
+    backends[1].set_delay_ms(40);
+    let refs: Vec<&Backend> = backends.iter().collect();
+    let extra = "outlier_ejection = false\nhedge = { delay = \"5ms\", ratio = 1.0 }";
+    let proxy = start_proxy(&config_text(&refs, proto, "\"round-robin\"", extra)).await;
+    let client = client(proto);
+    assert_eq!(load(&client, proxy.addr, 6, 1).await, 6);
+    let text = metrics(&proxy).await;
+    // Each request's tries covered both replicas (a 502 and a slow answer): a hedge came due
+    // with no replica left for it, and such a hedge is neither charged nor counted. Every
+    // hedge counted as sent reached a replica.
+    let (retries, hedges) = (
+        counter(&text, "retries_total"),
+        counter(&text, "hedges_total"),
+    );
+    assert!(retries >= 3.0, "{text}");
+    let hits = (backends[0].hits() + backends[1].hits()) as f64;
+    assert_eq!(hits, 6.0 + retries + hedges, "{text}");
+    assert_eq!(counter(&text, "hedges_refused_total"), 0.0, "{text}");
+}
+over_h1_and_h2!(
+    a_hedge_with_nowhere_to_go_is_not_charged,
+    no_hedge_charged_with_nowhere_to_go
+);

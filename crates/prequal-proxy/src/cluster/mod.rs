@@ -364,10 +364,27 @@ impl Cluster {
     }
 
     /// Asks, at its due time, whether the request that started at `started` and has sent
-    /// `hedges_sent` hedges sends one now (the hedge budget is charged), later, or never.
-    pub fn poll_hedge(&self, started: Time, hedges_sent: u32) -> Option<Result<(), Instant>> {
+    /// `hedges_sent` hedges sends one now (the hedge budget is charged), later, or never. Never
+    /// when every usable replica is in `tried`: a hedge goes only to a replica the request has
+    /// not tried, and one with nowhere to go is neither charged nor counted.
+    pub fn poll_hedge(
+        &self,
+        started: Time,
+        hedges_sent: u32,
+        tried: &[ReplicaId],
+    ) -> Option<Result<(), Instant>> {
         let now = self.now();
-        let decision = self.lock().hedger.poll_hedge(started, hedges_sent, now);
+        let decision = {
+            let mut core = self.lock();
+            let untried = core
+                .members
+                .iter()
+                .any(|(id, m)| m.in_policy && !tried.contains(id));
+            if !untried {
+                return None;
+            }
+            core.hedger.poll_hedge(started, hedges_sent, now)
+        };
         match decision {
             HedgeDecision::Now => {
                 self.metrics.hedges.inc();
