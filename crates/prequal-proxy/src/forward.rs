@@ -173,8 +173,12 @@ pub async fn forward(
         }
         // A failed try while others are still out: one of them may be hung (a black hole holds
         // it until `try_timeout`), so a retryable failure is retried at once beside them, on a
-        // replica this request has not tried. With none left out, the retry comes above.
-        if !running.is_empty() && tries.may_retry(attempts, Some(&step), may_retry_failures) {
+        // replica this request has not tried (none is charged when every replica was tried).
+        // With none left out, the retry comes above.
+        if !running.is_empty()
+            && cluster.has_untried(&tries.tried)
+            && tries.may_retry(attempts, Some(&step), may_retry_failures)
+        {
             let last = attempts + 1 == config.max_attempts;
             if let Some(next) = tries.start(false, false, Strict::Yes, last).await {
                 running.push(next);

@@ -180,8 +180,10 @@ over_h1_and_h2!(
 
 async fn no_hedge_charged_with_nowhere_to_go(proto: Proto) {
     let backends = futures_join(2).await;
-    // Round robin sends every other first try to the replica that answers 502; its retry goes
-    // to the slow one, the only replica left, so the hedge then due has nowhere to go.
+    // Every request ends up trying both replicas. When its first try goes to the replica that
+    // answers 502, its retry goes to the slow one, the only replica left, so the hedge then
+    // due has nowhere to go; when it goes to the slow one first, its hedge goes to the 502 one
+    // and the retry beside them has nowhere to go.
     backends[0].set_status(502);
     backends[1].set_delay_ms(40);
     let refs: Vec<&Backend> = backends.iter().collect();
@@ -190,14 +192,12 @@ async fn no_hedge_charged_with_nowhere_to_go(proto: Proto) {
     let client = client(proto);
     assert_eq!(load(&client, proxy.addr, 6, 1).await, 6);
     let text = metrics(&proxy).await;
-    // Each request's tries covered both replicas (a 502 and a slow answer): a hedge came due
-    // with no replica left for it, and such a hedge is neither charged nor counted. Every
-    // hedge counted as sent reached a replica.
+    // A hedge or a retry with no replica left is neither charged nor counted: every one
+    // counted as sent reached a replica.
     let (retries, hedges) = (
         counter(&text, "retries_total"),
         counter(&text, "hedges_total"),
     );
-    assert!(retries >= 3.0, "{text}");
     let hits = (backends[0].hits() + backends[1].hits()) as f64;
     assert_eq!(hits, 6.0 + retries + hedges, "{text}");
     assert_eq!(counter(&text, "hedges_refused_total"), 0.0, "{text}");

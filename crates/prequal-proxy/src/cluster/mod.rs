@@ -336,6 +336,12 @@ impl Cluster {
         }
     }
 
+    /// Whether some usable replica is not in `tried`: where a hedge or a retry beside other
+    /// tries could go.
+    pub fn has_untried(&self, tried: &[ReplicaId]) -> bool {
+        self.lock().has_untried(tried)
+    }
+
     /// Admits one retry against the budget.
     pub fn try_retry(&self) -> bool {
         let now = self.now();
@@ -376,11 +382,7 @@ impl Cluster {
         let now = self.now();
         let decision = {
             let mut core = self.lock();
-            let untried = core
-                .members
-                .iter()
-                .any(|(id, m)| m.in_policy && !tried.contains(id));
-            if !untried {
+            if !core.has_untried(tried) {
                 return None;
             }
             core.hedger.poll_hedge(started, hedges_sent, now)

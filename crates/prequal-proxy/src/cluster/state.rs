@@ -107,6 +107,13 @@ impl Core {
         })
     }
 
+    /// Whether some replica in the policy is not in `tried`.
+    pub(super) fn has_untried(&self, tried: &[ReplicaId]) -> bool {
+        self.members
+            .iter()
+            .any(|(id, m)| m.in_policy && !tried.contains(id))
+    }
+
     /// A usable replica outside `exclude`, uniformly at random, preferring ones not ramping up.
     pub(super) fn alternative(
         &mut self,
