@@ -67,6 +67,7 @@ impl Sim<'_> {
     /// Asks the hedger about request `key`, unless a wake-up for it is already armed.
     pub(in crate::engine) fn arm_hedge(&mut self, c: u32, key: u64) {
         let now = self.now;
+        let replicas = self.servers.len();
         let Some(h) = self.clients[c as usize].hedging.as_mut() else {
             return;
         };
@@ -76,7 +77,9 @@ impl Sim<'_> {
         let Some(first_sent) = request.first_sent else {
             return;
         };
-        if request.hedge_at.is_some() {
+        if request.hedge_at.is_some() || request.tried.len() >= replicas {
+            // Armed already, or nowhere to go: a hedge only goes to a replica not yet tried,
+            // and one with nowhere to go is neither charged nor counted (as in the proxy).
             return;
         }
         // Tries that failed fast were replaced at once and do not count against `max_hedges`.
@@ -197,6 +200,7 @@ impl Sim<'_> {
         outcome: Outcome,
     ) {
         let now = self.now;
+        let replicas = self.servers.len();
         let client = &mut self.clients[c as usize];
         let Some(slot) = client.queries.remove(query) else {
             return;
@@ -234,7 +238,9 @@ impl Sim<'_> {
             request.failed += 1;
             let waiting = !request.tries.is_empty();
             let unspent = request.hedges.saturating_sub(request.failed);
-            let hedge_now = h.hedger.poll_hedge_on_error(unspent, now) == HedgeDecision::Now;
+            let room = request.tried.len() < replicas;
+            let hedge_now =
+                room && h.hedger.poll_hedge_on_error(unspent, now) == HedgeDecision::Now;
             request.hedges += u32::from(hedge_now);
             if hedge_now {
                 self.send_hedge(c, key);
