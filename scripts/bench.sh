@@ -73,7 +73,11 @@ $(python3 -c "print(round($ev / $CPU / 1e6, 2))") M events per CPU-second (targe
 
 criterion() {
     echo "\$ cargo bench $*"
-    cargo bench -q "$@" 2>/dev/null | grep -E '^[A-Za-z0-9_/.+ -]+$|time:' | grep -B1 'time:' | grep -v '^--$'
+    if ! cargo bench -q "$@" > "$tmp/bench.out" 2> "$tmp/bench.err"; then
+        cat "$tmp/bench.err" >&2
+        return 1
+    fi
+    grep -E '^[A-Za-z0-9_/.+ -]+$|time:' "$tmp/bench.out" | grep -B1 'time:' | grep -v '^--$'
 }
 
 core() {

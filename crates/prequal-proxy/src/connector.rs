@@ -63,13 +63,17 @@ impl Connector {
 
     async fn open(&self, authority: &Authority) -> io::Result<Stream> {
         let port = authority.port_u16().unwrap_or(DEFAULT_PORT);
+        // A replica whose host is no valid TLS server name fails before any connection opens.
+        let name = match &self.tls {
+            Some(tls) => Some(tls.server_name(authority)?),
+            None => None,
+        };
         let tcp = TcpStream::connect((authority.host(), port)).await?;
         self.opened.inc();
         let _ = tcp.set_nodelay(true);
-        let Some(tls) = &self.tls else {
+        let (Some(tls), Some(name)) = (&self.tls, name) else {
             return Ok(Stream::Plain(tcp));
         };
-        let name = tls.server_name(authority)?;
         let stream = tls.connector().connect(name, tcp).await?;
         Ok(Stream::Tls(Box::new(stream)))
     }

@@ -31,7 +31,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use prequal_server::tls::handshake;
+use prequal_server::tls::{builder_for_alpn, handshake};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
@@ -335,6 +335,7 @@ impl Serving {
             let Some(stream) = handshake(acceptor, stream, limit, remote).await else {
                 return;
             };
+            let builder = builder_for_alpn(&builder, &stream);
             let conn = builder
                 .serve_connection(TokioIo::new(stream), service)
                 .into_owned();

@@ -6,8 +6,8 @@
 //! share one listener. On shutdown the accept loop stops, every open connection is asked to
 //! finish its in-flight requests, and the loop waits up to a drain deadline for them.
 //!
-//! With the `tls` feature, `serve_tls` does the same over TLS: ALPN `h2` or `http/1.1`
-//! instead of sniffing, and client certificates when the listener's TLS has a client CA.
+//! With the `tls` feature, `serve_tls` does the same over TLS: the protocol negotiated by ALPN
+//! (`h2` or `http/1.1`; sniffing only when the client offered none), and client certificates when the listener's TLS has a client CA.
 
 use std::error::Error as StdError;
 use std::future::Future;
@@ -89,6 +89,7 @@ pub async fn serve_tls<S, B>(
             let Some(stream) = crate::tls::handshake(acceptor, stream, limit, peer).await else {
                 return;
             };
+            let builder = crate::tls::builder_for_alpn(&builder, &stream);
             let connection = builder
                 .serve_connection(TokioIo::new(stream), service)
                 .into_owned();

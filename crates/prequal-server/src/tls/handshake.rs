@@ -32,3 +32,18 @@ where
         }
     }
 }
+
+/// The connection builder for a finished handshake: HTTP/2 only when the client negotiated
+/// `h2` by ALPN, HTTP/1.1 only when it negotiated `http/1.1`, and `builder` as it is (the first
+/// bytes decide) when it offered no ALPN.
+pub fn builder_for_alpn<E: Clone, IO>(
+    builder: &hyper_util::server::conn::auto::Builder<E>,
+    stream: &TlsStream<IO>,
+) -> hyper_util::server::conn::auto::Builder<E> {
+    let builder = builder.clone();
+    match stream.get_ref().1.alpn_protocol() {
+        Some(b"h2") => builder.http2_only(),
+        Some(b"http/1.1") => builder.http1_only(),
+        _ => builder,
+    }
+}

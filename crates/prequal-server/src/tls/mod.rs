@@ -30,7 +30,7 @@ mod replica;
 mod server;
 pub mod watch;
 
-pub use self::handshake::handshake;
+pub use self::handshake::{builder_for_alpn, handshake};
 pub use self::pem::{PemFile, certified_key};
 pub use self::replica::{FileLabels, ReplicaTls, ReplicaTlsConfig};
 pub use self::server::server_config;

@@ -292,9 +292,12 @@ pub struct ProxyCounters {
     pub hedges_refused: u64,
     /// `prequal_proxy_probes_total{result="ok"}`: probes answered in time.
     pub probes_ok: u64,
-    /// `prequal_proxy_probes_total` with any other result: probes that failed, timed out,
-    /// were dropped or were skipped (too many outstanding to one replica).
+    /// `prequal_proxy_probes_total` with any other result but `skipped`: probes sent that
+    /// failed, timed out or whose reply was dropped.
     pub probes_failed: u64,
+    /// `prequal_proxy_probes_total{result="skipped"}`: probes not sent, because too many were
+    /// already outstanding to their replica.
+    pub probes_skipped: u64,
 }
 
 impl ProxyCounters {
@@ -312,6 +315,9 @@ impl ProxyCounters {
                 "prequal_proxy_probes_total" if line.contains("result=\"ok\"") => {
                     &mut self.probes_ok
                 }
+                "prequal_proxy_probes_total" if line.contains("result=\"skipped\"") => {
+                    &mut self.probes_skipped
+                }
                 "prequal_proxy_probes_total" => &mut self.probes_failed,
                 "prequal_proxy_requests_total" => &mut self.requests,
                 "prequal_proxy_upstream_tries_total" => &mut self.upstream_tries,
@@ -325,12 +331,14 @@ impl ProxyCounters {
         }
     }
 
-    /// Probes sent (answered or not) per query the load generator sent.
+    /// Probes sent (answered or not; skipped ones were never sent) per query the load
+    /// generator sent.
     pub fn probes_per_query(&self, queries: u64) -> f64 {
         (self.probes_ok + self.probes_failed) as f64 / queries.max(1) as f64
     }
 
-    /// The share of probes that failed, timed out, were dropped or skipped, in percent.
+    /// The share of the probes sent that failed, timed out or whose reply was dropped, in
+    /// percent.
     pub fn probe_failure_pct(&self) -> f64 {
         100.0 * self.probes_failed as f64 / (self.probes_ok + self.probes_failed).max(1) as f64
     }
@@ -972,9 +980,10 @@ mod tests {
         assert_eq!(counters.upstream_tries, 2100);
         assert_eq!(counters.retries, 20);
         assert_eq!(counters.requests, 2000);
-        assert_eq!((counters.probes_ok, counters.probes_failed), (5800, 200));
-        assert!((counters.probes_per_query(2000) - 3.0).abs() < 1e-9);
-        assert!((counters.probe_failure_pct() - 200.0 / 60.0).abs() < 1e-9);
+        assert_eq!((counters.probes_ok, counters.probes_failed), (5800, 120));
+        assert_eq!(counters.probes_skipped, 80);
+        assert!((counters.probes_per_query(2000) - 2.96).abs() < 1e-9);
+        assert!((counters.probe_failure_pct() - 12000.0 / 5920.0).abs() < 1e-9);
         let summary = counters.hedge_summary(2000);
         // 20 retries and 80 hedges over 2000 queries.
         assert!((summary.extra_pct - 5.0).abs() < 1e-9, "{summary:?}");
