@@ -429,11 +429,7 @@ impl LatencyEstimator {
             let n = runs.newest(self.config.min_samples, &mut latencies);
             &mut latencies[..n]
         };
-        let max = chosen.iter().copied().max().unwrap_or(0);
-        let estimate = Estimate {
-            median: median(chosen),
-            max,
-        };
+        let estimate = estimate_of(chosen);
         (Some(estimate), until, span)
     }
 
@@ -462,16 +458,15 @@ impl LatencyEstimator {
         };
         let mut latencies = [0u64; RING];
         let mut n = 0;
-        for (slot, sample) in latencies.iter_mut().zip(chosen[0].iter().chain(chosen[1])) {
-            *slot = sample.latency;
-            n += 1;
+        // Part by part: a chained iterator costs a branch per sample to know which part it is in.
+        for part in chosen {
+            for (slot, sample) in latencies[n..].iter_mut().zip(part) {
+                *slot = sample.latency;
+            }
+            n = (n + part.len()).min(RING);
         }
         let chosen = &mut latencies[..n];
-        let max = chosen.iter().copied().max().unwrap_or(0);
-        let estimate = Estimate {
-            median: median(chosen),
-            max,
-        };
+        let estimate = estimate_of(chosen);
         let span = Span {
             lo: center,
             hi: center,
@@ -529,6 +524,16 @@ fn suffix_since(parts: [&[Sample]; 2], since: u64) -> [&[Sample]; 2] {
         return [&[], &b[cut..]];
     }
     [&a[a.partition_point(|s| s.at < since)..], b]
+}
+
+/// The estimate from the chosen latencies: their median and their largest, read off the end
+/// once the median has sorted them. Sorts `latencies`.
+fn estimate_of(latencies: &mut [u64]) -> Estimate {
+    let median = median(latencies);
+    Estimate {
+        median,
+        max: latencies.last().copied().unwrap_or(0),
+    }
 }
 
 /// The time of the first sample of two consecutive parts, if any.
