@@ -23,7 +23,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use prequal_core::EstimatorConfig;
 use prequal_server::tls::{ReplicaTls, ReplicaTlsConfig};
 use prequal_server::{Forward, ProbeLayer, SharedTracker, serve_tls};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::sync::oneshot;
 
 /// Bound on every network step of a test.
@@ -110,24 +110,11 @@ async fn get_over_tls(
     proto: Proto,
     path: &str,
 ) -> Result<Answer, String> {
-    let builder = rustls::ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(ca.roots());
-    let mut config = match client {
-        None => builder.with_no_client_auth(),
-        Some(leaf) => {
-            use rustls::pki_types::pem::PemObject;
-            let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap();
-            builder
-                .with_client_auth_cert(vec![leaf.der.clone()], key)
-                .unwrap()
-        }
+    let alpn: &[u8] = match proto {
+        Proto::H1 => b"http/1.1",
+        Proto::H2 => b"h2",
     };
-    config.alpn_protocols = vec![match proto {
-        Proto::H1 => b"http/1.1".to_vec(),
-        Proto::H2 => b"h2".to_vec(),
-    }];
+    let config = client_config(ca, client, alpn);
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let exchange = async {
         let tcp = tokio::net::TcpStream::connect(addr)

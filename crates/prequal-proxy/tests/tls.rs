@@ -221,22 +221,7 @@ async fn get_with_client_cert(
     ca: &Ca,
     client: Option<&Leaf>,
 ) -> Result<u16, String> {
-    use rustls::pki_types::PrivateKeyDer;
-    use rustls::pki_types::pem::PemObject;
-    let builder = rustls::ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(ca.roots());
-    let mut config = match client {
-        None => builder.with_no_client_auth(),
-        Some(leaf) => {
-            let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap();
-            builder
-                .with_client_auth_cert(vec![leaf.der.clone()], key)
-                .unwrap()
-        }
-    };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let config = client_config(ca, client, b"http/1.1");
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let exchange = async {
         let tcp = tokio::net::TcpStream::connect(addr)

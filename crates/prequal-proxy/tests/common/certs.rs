@@ -17,6 +17,28 @@ pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// A client config trusting `ca`, presenting `client`'s certificate when given, offering
+/// `alpn`.
+pub fn client_config(ca: &Ca, client: Option<&Leaf>, alpn: &[u8]) -> rustls::ClientConfig {
+    use rustls::pki_types::PrivateKeyDer;
+    use rustls::pki_types::pem::PemObject;
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(ca.roots());
+    let mut config = match client {
+        None => builder.with_no_client_auth(),
+        Some(leaf) => {
+            let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap();
+            builder
+                .with_client_auth_cert(vec![leaf.der.clone()], key)
+                .unwrap()
+        }
+    };
+    config.alpn_protocols = vec![alpn.to_vec()];
+    config
+}
+
 /// A certificate authority made for one test.
 pub struct Ca {
     issuer: Issuer<'static, KeyPair>,
