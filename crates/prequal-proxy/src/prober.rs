@@ -27,12 +27,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::HeaderValue;
 use http::uri::PathAndQuery;
-use http_body_util::{BodyExt, Limited};
 use prequal_core::{LoadReport, ProbeRequest};
-use prequal_server::protocol::{MAX_REPLY_LEN, parse_reply, probe_path_and_query};
+use prequal_server::edge::read_probe_reply;
+use prequal_server::protocol::probe_path_and_query;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::body::{BoxError, empty};
@@ -174,13 +173,7 @@ async fn fetch(
         .probe_upstream()
         .send(probe.replica, authority, request)
         .await?;
-    if response.status() != http::StatusCode::OK {
-        return Err(format!("probe answered {}", response.status()).into());
-    }
-    // One byte over the limit is enough for the parser to reject an over-long reply.
-    let body = Limited::new(response.into_body(), MAX_REPLY_LEN + 2);
-    let bytes: Bytes = body.collect().await?.to_bytes();
-    Ok(parse_reply(&bytes)?)
+    Ok(read_probe_reply(response).await?)
 }
 
 /// The path and query of a probe without a hint, built once.

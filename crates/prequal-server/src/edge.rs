@@ -1,14 +1,22 @@
 //! What every HTTP hop of prequal does the same way, written once: which headers belong to one
-//! connection rather than the message (RFC 9110 section 7.6.1), and what a gRPC status says
-//! about the replica that sent it. The sidecar, the proxy and the tower balancer all use these.
+//! connection rather than the message (RFC 9110 section 7.6.1), what a gRPC status says about
+//! the replica that sent it, and how a probe reply is read off a response. The sidecar, the
+//! proxy and the tower balancer all use these.
 //!
 //! Hop-by-hop headers are removed in both directions: the fixed list below plus every header
 //! named in `Connection`. `TE: trailers` is the one exception kept on requests, because gRPC
 //! servers require it to promise trailers. `Trailer` is not hop-by-hop: it describes the
 //! message, and an HTTP/1.1 sender needs it to forward trailers.
 
+use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use prequal_core::Outcome;
+use http::{Response, StatusCode};
+use http_body::Body;
+use http_body_util::{BodyExt, Limited};
+use prequal_core::{LoadReport, Outcome};
+
+use crate::protocol::{MAX_REPLY_LEN, parse_reply};
+use crate::serve::BoxError;
 
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
@@ -65,6 +73,40 @@ pub fn grpc_outcome(headers: &HeaderMap) -> Outcome {
     headers.get(GRPC_STATUS).map_or(Outcome::Success, |v| {
         Outcome::from_grpc_status(v.as_bytes())
     })
+}
+
+/// Why a probe reply was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeReplyError {
+    /// The replica answered with a status other than 200.
+    #[error("probe answered with status {0}")]
+    Status(StatusCode),
+    /// The body could not be read, or ran over the protocol's 256 bytes.
+    #[error("probe reply body could not be read: {0}")]
+    Body(#[source] BoxError),
+    /// The body broke the protocol's grammar.
+    #[error(transparent)]
+    Malformed(#[from] crate::protocol::ReplyError),
+}
+
+/// Reads a probe reply off `response`: status 200 and a body the strict v1 parser accepts
+/// (docs/probe-protocol.md), read no further than one byte past the protocol's limit.
+pub async fn read_probe_reply<B>(response: Response<B>) -> Result<LoadReport, ProbeReplyError>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    if response.status() != StatusCode::OK {
+        return Err(ProbeReplyError::Status(response.status()));
+    }
+    // One byte over the limit is enough for the parser to reject an over-long reply.
+    let body = Limited::new(response.into_body(), MAX_REPLY_LEN + 2);
+    let bytes: Bytes = body
+        .collect()
+        .await
+        .map_err(ProbeReplyError::Body)?
+        .to_bytes();
+    Ok(parse_reply(&bytes)?)
 }
 
 #[cfg(test)]

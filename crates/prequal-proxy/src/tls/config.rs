@@ -11,10 +11,8 @@ use std::time::Duration;
 use rustls::pki_types::ServerName;
 use serde::{Deserialize, Serialize};
 
-/// How often certificate files are checked for change, unless configured.
-const DEFAULT_WATCH_INTERVAL: Duration = Duration::from_secs(5);
-/// How long a client may take to complete its TLS handshake, unless configured.
-const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+// The same defaults as the sidecar's TLS.
+use prequal_server::tls::{DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_WATCH_INTERVAL};
 
 fn default_watch_interval() -> Duration {
     DEFAULT_WATCH_INTERVAL

@@ -32,7 +32,9 @@ pub mod watch;
 
 pub use self::handshake::{builder_for_alpn, handshake};
 pub use self::pem::{PemFile, certified_key};
-pub use self::replica::{FileLabels, ReplicaTls, ReplicaTlsConfig};
+pub use self::replica::{
+    DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_WATCH_INTERVAL, FileLabels, ReplicaTls, ReplicaTlsConfig,
+};
 pub use self::server::server_config;
 
 /// Why certificates or keys could not be loaded. The message names the setting (config key or

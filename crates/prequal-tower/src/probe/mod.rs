@@ -51,14 +51,9 @@ mod endpoint;
 
 use std::future::Future;
 
-use bytes::Bytes;
 use futures_util::future::BoxFuture;
-use http::{Response, StatusCode};
-use http_body::Body;
-use http_body_util::{BodyExt, Limited};
 use prequal_core::LoadReport;
 pub use prequal_server::protocol::Probe;
-use prequal_server::protocol::{MAX_REPLY_LEN, parse_reply};
 use tower::{Service, ServiceExt};
 
 pub use self::client::{HttpProbe, HttpProber};
@@ -120,30 +115,6 @@ where
 }
 
 /// Why a probe reply was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum ReplyError {
-    /// The replica answered with a status other than 200.
-    #[error("probe answered with status {0}")]
-    Status(StatusCode),
-    /// The body could not be read, or ran over the protocol's 256 bytes.
-    #[error("probe reply body could not be read: {0}")]
-    Body(#[source] BoxError),
-    /// The body broke the protocol's grammar.
-    #[error(transparent)]
-    Malformed(#[from] prequal_server::protocol::ReplyError),
-}
-
+pub use prequal_server::edge::ProbeReplyError as ReplyError;
 /// Reads a probe reply: status 200 and a body the strict v1 parser accepts.
-pub async fn read_reply<B>(response: Response<B>) -> Result<LoadReport, ReplyError>
-where
-    B: Body,
-    B::Error: Into<BoxError>,
-{
-    if response.status() != StatusCode::OK {
-        return Err(ReplyError::Status(response.status()));
-    }
-    // One byte over the limit is enough for the parser to reject an over-long reply.
-    let body = Limited::new(response.into_body(), MAX_REPLY_LEN + 2);
-    let bytes: Bytes = body.collect().await.map_err(ReplyError::Body)?.to_bytes();
-    Ok(parse_reply(&bytes)?)
-}
+pub use prequal_server::edge::read_probe_reply as read_reply;
