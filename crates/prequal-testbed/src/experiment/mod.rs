@@ -273,6 +273,42 @@ pub struct ProxyRow {
     pub extra_pct: f64,
 }
 
+/// The columns of the prequal proxies' table, in the text, Markdown and HTML reports.
+pub const PROXY_COLUMNS: [&str; 10] = [
+    "prequal proxies",
+    "queries",
+    "extra",
+    "retries",
+    "hedges",
+    "won",
+    "refused",
+    "tries",
+    "probes/q",
+    "probe fail",
+];
+
+/// The widths of the text table's columns after the label.
+const PROXY_WIDTHS: [usize; 9] = [9, 8, 8, 8, 8, 8, 9, 8, 10];
+
+impl ProxyRow {
+    /// The row's cells, formatted, one per [`PROXY_COLUMNS`] entry.
+    pub fn cells(&self) -> [String; 10] {
+        let c = &self.counters;
+        [
+            self.label.clone(),
+            self.queries.to_string(),
+            format!("{:.2}%", self.extra_pct),
+            c.retries.to_string(),
+            c.hedges.to_string(),
+            c.hedges_won.to_string(),
+            c.hedges_refused.to_string(),
+            c.upstream_tries.to_string(),
+            format!("{:.2}", c.probes_per_query(self.queries)),
+            format!("{:.2}%", c.probe_failure_pct()),
+        ]
+    }
+}
+
 /// A prequal proxy's counters at the end of a run (`/metrics`), summed over instances and
 /// labels.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -834,34 +870,17 @@ impl ExperimentReport {
         if rows.is_empty() {
             return String::new();
         }
-        let mut out = format!(
-            "{:<34} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8} {:>10}\n",
-            "prequal proxies",
-            "queries",
-            "extra",
-            "retries",
-            "hedges",
-            "won",
-            "refused",
-            "tries",
-            "probes/q",
-            "probe fail"
-        );
+        let line = |cells: &[String]| {
+            let mut out = format!("{:<34}", cells[0]);
+            for (cell, width) in cells[1..].iter().zip(PROXY_WIDTHS) {
+                out.push_str(&format!(" {cell:>width$}"));
+            }
+            out.push('\n');
+            out
+        };
+        let mut out = line(&PROXY_COLUMNS.map(String::from));
         for r in rows {
-            let c = &r.counters;
-            out.push_str(&format!(
-                "{:<34} {:>9} {:>7.2}% {:>8} {:>8} {:>8} {:>8} {:>9} {:>8.2} {:>9.2}%\n",
-                r.label,
-                r.queries,
-                r.extra_pct,
-                c.retries,
-                c.hedges,
-                c.hedges_won,
-                c.hedges_refused,
-                c.upstream_tries,
-                c.probes_per_query(r.queries),
-                c.probe_failure_pct()
-            ));
+            out.push_str(&line(&r.cells()));
         }
         out
     }
@@ -872,25 +891,13 @@ impl ExperimentReport {
         if rows.is_empty() {
             return String::new();
         }
-        let mut out = String::from(
-            "| prequal proxies | queries | extra | retries | hedges sent / won / refused | tries counted | probes per query | probes failed |\n\
-             |---|--:|--:|--:|--:|--:|--:|--:|\n",
+        let mut out = format!(
+            "| {} |\n|---{}|\n",
+            PROXY_COLUMNS.join(" | "),
+            "|--:".repeat(PROXY_COLUMNS.len() - 1)
         );
         for r in rows {
-            let c = &r.counters;
-            out.push_str(&format!(
-                "| {} | {} | {:.2}% | {} | {} / {} / {} | {} | {:.2} | {:.2}% |\n",
-                r.label,
-                r.queries,
-                r.extra_pct,
-                c.retries,
-                c.hedges,
-                c.hedges_won,
-                c.hedges_refused,
-                c.upstream_tries,
-                c.probes_per_query(r.queries),
-                c.probe_failure_pct()
-            ));
+            out.push_str(&format!("| {} |\n", r.cells().join(" | ")));
         }
         out
     }

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::ExperimentReport;
+use super::{ExperimentReport, PROXY_COLUMNS};
 
 /// Escapes text for HTML.
 fn esc(text: &str) -> String {
@@ -105,29 +105,19 @@ pub fn render(report: &ExperimentReport, svgs: &[(&str, String)]) -> String {
              summed over instances: the tries sent beyond one per query (retries and hedges), \
              retries, hedges sent, won and refused by the hedge budget, the tries counted \
              by outcome (<code>prequal_proxy_upstream_tries_total</code>), probes sent per \
-             query, and the share of probes that failed, timed out, were dropped or skipped \
-             (<code>prequal_proxy_probes_total</code>).</p>\n\
-             <table><tr><th>prequal proxies</th><th>queries</th><th>extra</th><th>retries</th>\
-             <th>hedges sent</th><th>won</th><th>refused</th><th>tries counted</th>\
-             <th>probes per query</th><th>probes failed</th></tr>\n",
+             query, and the share of the probes sent that failed, timed out or whose reply was \
+             dropped (<code>prequal_proxy_probes_total</code>).</p>\n<table><tr>",
         );
+        for column in PROXY_COLUMNS {
+            let _ = write!(out, "<th>{column}</th>");
+        }
+        out.push_str("</tr>\n");
         for r in rows {
-            let c = &r.counters;
-            let _ = writeln!(
-                out,
-                "<tr><td>{}</td><td>{}</td><td>{:.2}%</td><td>{}</td><td>{}</td><td>{}</td>\
-                 <td>{}</td><td>{}</td><td>{:.2}</td><td>{:.2}%</td></tr>",
-                esc(&r.label),
-                r.queries,
-                r.extra_pct,
-                c.retries,
-                c.hedges,
-                c.hedges_won,
-                c.hedges_refused,
-                c.upstream_tries,
-                c.probes_per_query(r.queries),
-                c.probe_failure_pct()
-            );
+            out.push_str("<tr>");
+            for cell in r.cells() {
+                let _ = write!(out, "<td>{}</td>", esc(&cell));
+            }
+            out.push_str("</tr>\n");
         }
         out.push_str("</table>\n");
     }
