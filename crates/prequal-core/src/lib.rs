@@ -3,8 +3,10 @@
 //! The sans-IO heart of prequal: every load-balancing policy, the Prequal probe pool and its
 //! hot-cold lexicographic (HCL) rule, the server-side load estimator, and the resilience building
 //! blocks (peak EWMA, retry budget, hedging, outlier ejection, slow start) that the proxy and the
-//! simulator share. [`hedge`] decides when a request earns a second try (Dean and Barroso's
-//! hedged requests) over a recent-latency quantile ([`latency_quantile`]) and a budget.
+//! simulator share. [`balancer`] puts them together around one policy: the [`Balancer`] that the
+//! proxy and the simulator both drive. [`hedge`] decides when a request earns a second try (Dean
+//! and Barroso's hedged requests) over a recent-latency quantile ([`latency_quantile`]) and a
+//! budget.
 //!
 //! Nothing in this crate performs I/O, reads a clock, sleeps, spawns, or touches a global random
 //! source. Time comes in as [`Time`] and randomness as `&mut dyn RngCore`; decisions come out as
@@ -27,6 +29,7 @@
 //! assert_eq!(policy.pick(&query, Time::ZERO, &mut rng), Pick::Replica(next));
 //! ```
 
+pub mod balancer;
 pub mod config;
 pub mod estimator;
 pub mod ewma;
@@ -45,6 +48,7 @@ pub mod time;
 #[cfg(test)]
 mod testing;
 
+pub use balancer::{Balancer, BalancerConfig, RetryDecision, Strict};
 pub use config::{BuildPolicy, ConfigError, ParamDoc, PolicyConfig, PolicyInfo, catalog};
 pub use estimator::{
     Arrival, EstimatorConfig, EstimatorConfigError, LatencyEstimator, LoadTracker,

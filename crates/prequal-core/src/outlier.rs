@@ -217,6 +217,12 @@ impl OutlierDetector {
             .is_some_and(|r| r.ejected_until.is_some_and(|t| now < t))
     }
 
+    /// When `replica`'s latest ejection ends (or ended, while it waits for its probation
+    /// result); None if it is not ejected. Pure.
+    pub fn ejected_until(&self, replica: ReplicaId) -> Option<Time> {
+        self.replicas.get(replica)?.ejected_until
+    }
+
     /// How many replicas are ejected at `now`.
     pub fn ejected_count(&self, now: Time) -> usize {
         self.replicas
@@ -248,7 +254,6 @@ impl OutlierDetector {
         outcome: Outcome,
         now: Time,
     ) -> Option<Ejection> {
-        let cap_reached = self.ejected_count(now) >= self.cap();
         let config = &self.config;
         let record = self.replicas.get_mut(replica)?;
         let failed = outcome.is_failure();
@@ -266,13 +271,15 @@ impl OutlierDetector {
             .results
             .add(now, u64::from(!failed), u64::from(failed));
         record.consecutive = if failed { record.consecutive + 1 } else { 0 };
+        if !failed {
+            return None;
+        }
         let on_probation = record.ejected_until.is_some();
         let (ok, bad) = record.results.sum_window(now);
         let volume = ok + bad;
         let rate_low = volume >= u64::from(config.success_rate_min_requests)
             && (ok as f64) < config.min_success_rate * volume as f64;
         let reason = match () {
-            _ if !failed => return None,
             _ if on_probation => EjectionReason::FailedOnProbation,
             _ if record.consecutive >= config.consecutive_failures => {
                 EjectionReason::ConsecutiveFailures(record.consecutive)
@@ -280,9 +287,14 @@ impl OutlierDetector {
             _ if rate_low => EjectionReason::LowSuccessRate { ok, failed: bad },
             _ => return None,
         };
-        if cap_reached {
+        // Counted only now, when an ejection is due (it costs a pass over the replicas): what
+        // happened to this replica's record above leaves the count as it was, since a replica
+        // ejected at `now` returned early.
+        if self.ejected_count(now) >= self.cap() {
             return None;
         }
+        let config = &self.config;
+        let record = self.replicas.get_mut(replica)?;
         let duration = Self::backoff(config, record.ejections);
         let until = now + duration;
         record.ejections = record.ejections.saturating_add(1);

@@ -1,0 +1,584 @@
+//! The balancer: one cluster's policy together with the decisions production makes around it,
+//! so the proxy, the simulator and a client library all drive the same lines.
+//!
+//! A [`Policy`] ranks replicas. A [`Balancer`] owns one and adds what a real cluster needs
+//! between the policy's choice and the wire:
+//!
+//! - **Outlier ejection** ([`crate::outlier`], Finagle's failure accrual and Envoy's outlier
+//!   detection): every finished try is scored; a replica that fails too often is removed from
+//!   the policy and inserted again when its ejection ends (the balancer's timer says when).
+//! - **Slow start** ([`crate::slow_start`], Envoy's curve): a replica that joins after the
+//!   starting set is passed over, with probability `1 − factor`, for another usable replica
+//!   while it ramps up, so a cold replica is not flooded for looking idle.
+//! - **Retry exclusion**: a retry or a hedge goes to a replica its request has not tried; when
+//!   the policy picks a tried one, another is drawn uniformly from the untried ones (those not
+//!   ramping up first). [`Strict::No`] falls back to a tried replica when no other is left (a
+//!   retry on a one-replica cluster), [`Strict::Yes`] never does (a hedge would only double the
+//!   load on the replica it races).
+//! - **Retries**: a failed try is tried again while the request has attempts left
+//!   (`max_attempts`, the first try included) and the [`crate::retry_budget`] admits it.
+//! - **Hedging** ([`crate::hedge`]): when a request's hedge falls due, and whether it has an
+//!   untried usable replica to go to.
+//!
+//! The flow, for a driver: [`Balancer::set_replicas`] with the replica set (the first set is
+//! the starting one, exempt from slow start); for each request [`Balancer::on_request`], then
+//! for each try [`Balancer::pick`] (or, for [`Pick::Pending`], [`Balancer::poll_pick`]) and
+//! [`Balancer::dispatch`], which applies ejection, exclusion and slow start to the policy's
+//! choice and tells the policy the try is dispatched; [`Balancer::on_complete`] when a try
+//! ends, which may eject its replica; [`Balancer::try_retry`] before a retry. Probes and load
+//! reports pass through to the policy as in [`crate::policy`]. The timer is the policy's and
+//! the ejections': wake the balancer at [`Balancer::poll_timeout`] with
+//! [`Balancer::handle_timeout`].
+//!
+//! Sans-IO like the policies: `now` and the RNG are arguments, so the same events and seed give
+//! the same decisions. With ejection off, no replica joining late and nothing excluded, the
+//! balancer draws no random number of its own and hands the policy exactly the events it would
+//! have had without it. Defaults ([`BalancerConfig`]) are the proxy's: three attempts within the
+//! retry budget, ejection on, a 30 s slow start, hedging on.
+//!
+//! ```
+//! use prequal_core::balancer::{Balancer, BalancerConfig, Strict};
+//! use prequal_core::{Completion, Outcome, PolicyConfig, Query, QueryId, ReplicaId, Time};
+//! use rand::SeedableRng;
+//! use std::time::Duration;
+//!
+//! let policy = PolicyConfig::from_name("round-robin").unwrap().build().unwrap();
+//! let mut balancer = Balancer::new(policy, &BalancerConfig::default()).unwrap();
+//! balancer.set_replicas(&[ReplicaId(0), ReplicaId(1), ReplicaId(2)], Time::ZERO);
+//! let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+//! let now = Time::from_secs(1);
+//! balancer.on_request(now);
+//! let query = Query { id: QueryId(1), hint: None };
+//! let pick = balancer.pick(&query, now, &mut rng);
+//! let first = balancer.dispatch(pick, query.id, (&[], Strict::No), now, &mut rng).unwrap();
+//! // The try fails fast: the request has attempts and budget left, and the retry goes to
+//! // another replica even if the policy picks the same one again.
+//! let failed = Completion { query: query.id, latency: Duration::from_millis(1), outcome: Outcome::Error };
+//! balancer.on_complete(first, &failed, None, now);
+//! assert!(balancer.try_retry(1, now).is_retry());
+//! let retry = Query { id: QueryId(2), hint: None };
+//! let pick = balancer.pick(&retry, now, &mut rng);
+//! let second = balancer.dispatch(pick, retry.id, (&[first], Strict::No), now, &mut rng).unwrap();
+//! assert_ne!(second, first);
+//! ```
+
+use std::time::Duration;
+
+use rand::{Rng as _, RngCore};
+use serde::{Deserialize, Serialize};
+
+use crate::hedge::{HedgeConfig, HedgeDecision, Hedger};
+use crate::outlier::{Ejection, OutlierConfig, OutlierDetector};
+use crate::policy::{
+    Completion, LoadReport, Outcome, Pick, Policy, ProbeRequest, Query, QueryId, Snapshot,
+};
+use crate::replica::{ReplicaChange, ReplicaId, Replicas};
+use crate::retry_budget::{BlockConfigError, RetryBudget, RetryBudgetConfig};
+use crate::slow_start::SlowStartConfig;
+use crate::time::Time;
+
+/// Everything around the policy, with the proxy's defaults. The keys are the proxy's
+/// `[clusters.NAME]` keys of the same names and a scenario's `[clients]` keys.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BalancerConfig {
+    /// Tries per request, the first included. Default 3; 1 disables retries.
+    pub max_attempts: u32,
+    /// The retry budget shared by all requests.
+    pub retry_budget: RetryBudgetConfig,
+    /// Whether replicas that keep failing are ejected. Default true.
+    pub outlier_ejection: bool,
+    /// Outlier ejection parameters.
+    pub outlier: OutlierConfig,
+    /// Slow start for replicas that join after the starting set.
+    pub slow_start: SlowStartConfig,
+    /// Hedging (its `enabled` key says whether requests are hedged; default true).
+    pub hedge: HedgeConfig,
+}
+
+impl Default for BalancerConfig {
+    fn default() -> Self {
+        Self {
+            max_attempts: 3,
+            retry_budget: RetryBudgetConfig::default(),
+            outlier_ejection: true,
+            outlier: OutlierConfig::default(),
+            slow_start: SlowStartConfig::default(),
+            hedge: HedgeConfig::default(),
+        }
+    }
+}
+
+impl BalancerConfig {
+    /// Checks every parameter; the error names the block (`balancer` for `max_attempts`).
+    pub fn validate(&self) -> Result<(), BlockConfigError> {
+        if self.max_attempts == 0 {
+            return Err(BlockConfigError::new(
+                "balancer",
+                "max_attempts",
+                "must be at least 1",
+            ));
+        }
+        self.retry_budget.validate()?;
+        self.outlier.validate()?;
+        self.slow_start.validate()?;
+        self.hedge.validate()
+    }
+}
+
+/// Whether [`Balancer::dispatch`] may fall back to a replica the request already tried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strict {
+    /// Yes, when no other is left (a retry on a one-replica cluster).
+    No,
+    /// Never (a hedge: a second try to the same replica would only double its load).
+    Yes,
+}
+
+/// What [`Balancer::try_retry`] says about a failed try.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryDecision {
+    /// Retry: the budget is charged.
+    Retry,
+    /// The request used all of `max_attempts`.
+    NoAttemptsLeft,
+    /// The retry budget refused.
+    OverBudget,
+}
+
+impl RetryDecision {
+    /// True for [`RetryDecision::Retry`].
+    pub fn is_retry(self) -> bool {
+        self == RetryDecision::Retry
+    }
+}
+
+/// A replica as the balancer knows it.
+#[derive(Clone, Copy, Debug)]
+struct Member {
+    added_at: Time,
+    /// In the starting set: slow start applies only to later arrivals.
+    initial: bool,
+    /// False while outlier ejection keeps it out of the policy.
+    in_policy: bool,
+}
+
+/// A policy with outlier ejection, slow start, retry exclusion, the retry budget and hedging
+/// around it. See the module docs.
+#[derive(Debug)]
+pub struct Balancer {
+    policy: Box<dyn Policy>,
+    members: Replicas<Member>,
+    /// The starting set is known: replicas inserted from now on ramp up.
+    started: bool,
+    /// Members out of the policy (ejected, or waiting for the timer to put them back).
+    out: usize,
+    /// No later than the earliest end of their ejections (None when no member is out): read
+    /// by every [`Balancer::poll_timeout`], so it is kept rather than searched for.
+    returns_at: Option<Time>,
+    outlier: Option<OutlierDetector>,
+    slow_start: SlowStartConfig,
+    max_attempts: u32,
+    budget: RetryBudget,
+    hedger: Hedger,
+}
+
+impl Balancer {
+    /// A balancer around `policy` (with no replicas yet), configured by `config`, validated.
+    pub fn new(policy: Box<dyn Policy>, config: &BalancerConfig) -> Result<Self, BlockConfigError> {
+        config.validate()?;
+        let outlier = match config.outlier_ejection {
+            true => Some(OutlierDetector::new(&config.outlier)?),
+            false => None,
+        };
+        Ok(Self {
+            policy,
+            members: Replicas::new(),
+            started: false,
+            out: 0,
+            returns_at: None,
+            outlier,
+            slow_start: config.slow_start.clone(),
+            max_attempts: config.max_attempts,
+            budget: RetryBudget::new(&config.retry_budget)?,
+            hedger: Hedger::new(&config.hedge)?,
+        })
+    }
+
+    /// The policy, for reads (its name, snapshot, probe timeout).
+    pub fn policy(&self) -> &dyn Policy {
+        self.policy.as_ref()
+    }
+
+    /// Replaces the replica set with `replicas` (discovery): removals first, then inserts in
+    /// the order given. The first call gives the starting set, taken at full weight; replicas
+    /// inserted by later calls ramp up through slow start.
+    pub fn set_replicas(&mut self, replicas: &[ReplicaId], now: Time) {
+        let gone: Vec<ReplicaId> = self
+            .members
+            .ids()
+            .iter()
+            .copied()
+            .filter(|id| !replicas.contains(id))
+            .collect();
+        for id in gone {
+            self.remove(id, now);
+        }
+        let initial = !self.started;
+        self.started = true;
+        for &id in replicas {
+            let member = Member {
+                added_at: now,
+                initial,
+                in_policy: true,
+            };
+            if self.members.insert(id, member) {
+                self.policy
+                    .on_replica_change(ReplicaChange::Insert(id), now);
+                if let Some(outlier) = &mut self.outlier {
+                    outlier.insert(id);
+                }
+            }
+        }
+    }
+
+    fn remove(&mut self, id: ReplicaId, now: Time) {
+        if let Some(member) = self.members.remove(id) {
+            match member.in_policy {
+                true => self
+                    .policy
+                    .on_replica_change(ReplicaChange::Remove(id), now),
+                false => self.out -= 1,
+            }
+        }
+        if let Some(outlier) = &mut self.outlier {
+            // A smaller cluster may lift ejections early, to stay within the cap.
+            outlier.remove(id, now);
+            self.returns_at = self.earliest_return();
+        }
+    }
+
+    /// The earliest end of the ejections of the members out of the policy.
+    fn earliest_return(&self) -> Option<Time> {
+        let outlier = self.outlier.as_ref()?;
+        if self.out == 0 {
+            return None;
+        }
+        self.members
+            .iter()
+            .filter(|(_, m)| !m.in_policy)
+            // A member out of the policy with no ejection on record (cleared by a late result
+            // after its time was up) is due back at once.
+            .map(|(id, _)| outlier.ejected_until(id).unwrap_or(Time::ZERO))
+            .min()
+    }
+
+    /// The replicas known, in id order.
+    pub fn replicas(&self) -> &[ReplicaId] {
+        self.members.ids()
+    }
+
+    /// True while `replica` is out of the policy (ejected). Pure.
+    pub fn is_ejected(&self, replica: ReplicaId) -> bool {
+        self.members.get(replica).is_some_and(|m| !m.in_policy)
+    }
+
+    /// How many replicas are out of the policy.
+    pub fn ejected_count(&self) -> usize {
+        self.out
+    }
+
+    /// True while `replica`, which joined after the starting set, ramps up. Pure.
+    pub fn is_ramping(&self, replica: ReplicaId, now: Time) -> bool {
+        self.members
+            .get(replica)
+            .is_some_and(|m| self.ramping(m, now))
+    }
+
+    fn ramping(&self, member: &Member, now: Time) -> bool {
+        !member.initial && self.slow_start.is_ramping(member.added_at, now)
+    }
+
+    /// How many replicas can take traffic (known and not ejected).
+    pub fn usable_count(&self) -> usize {
+        self.members.len() - self.out
+    }
+
+    /// Whether some usable replica is not in `tried`: where a hedge or a retry beside other
+    /// tries could go. Pure.
+    pub fn has_untried(&self, tried: &[ReplicaId]) -> bool {
+        self.members
+            .iter()
+            .any(|(id, m)| m.in_policy && !tried.contains(&id))
+    }
+
+    /// Chooses a replica for `query` (the policy's choice; see [`Balancer::dispatch`]).
+    pub fn pick(&mut self, query: &Query, now: Time, rng: &mut dyn RngCore) -> Pick {
+        self.policy.pick(query, now, rng)
+    }
+
+    /// A decision that [`Balancer::pick`] left [`Pick::Pending`] and that is now ready.
+    pub fn poll_pick(&mut self, now: Time, rng: &mut dyn RngCore) -> Option<(QueryId, Pick)> {
+        self.policy.poll_pick(now, rng)
+    }
+
+    /// Turns the policy's `pick` for `query` into the replica the try goes to, and tells the
+    /// policy it is dispatched; None when there is nowhere to send it. A replica out of the
+    /// policy, or in `tried`, is replaced by an untried usable one ([`Strict`] says whether a
+    /// tried one may serve when none is left); a replica ramping up is passed over with
+    /// probability `1 − factor` when another is available. [`Pick::NoReplica`] (and a pending
+    /// decision that never came) falls back to any usable replica.
+    pub fn dispatch(
+        &mut self,
+        pick: Pick,
+        query: QueryId,
+        (tried, strict): (&[ReplicaId], Strict),
+        now: Time,
+        rng: &mut dyn RngCore,
+    ) -> Option<ReplicaId> {
+        let mut chosen = match pick {
+            Pick::Replica(r) if self.members.get(r).is_some_and(|m| m.in_policy) => Some(r),
+            _ => None,
+        };
+        if chosen.is_none_or(|r| tried.contains(&r)) {
+            let fallback = match strict {
+                Strict::No => chosen,
+                Strict::Yes => None,
+            };
+            chosen = self.alternative(tried, now, rng).or(fallback);
+            tracing::trace!(
+                ?pick,
+                ?chosen,
+                tried = tried.len(),
+                "replaced: ejected or tried"
+            );
+        } else if let Some(r) = chosen
+            && let Some(m) = self.members.get(r)
+            && self.ramping(m, now)
+        {
+            let factor = self.slow_start.factor(m.added_at, now);
+            if rng.random_bool((1.0 - factor).clamp(0.0, 1.0)) {
+                let mut skip = tried.to_vec();
+                skip.push(r);
+                chosen = self.alternative(&skip, now, rng).or(chosen);
+                tracing::trace!(%r, factor, ?chosen, "passed over: ramping up");
+            }
+        }
+        let replica = chosen?;
+        self.policy.on_dispatch(replica, query, now);
+        Some(replica)
+    }
+
+    /// A usable replica outside `exclude`, uniformly at random, preferring ones not ramping up.
+    fn alternative(
+        &self,
+        exclude: &[ReplicaId],
+        now: Time,
+        rng: &mut dyn RngCore,
+    ) -> Option<ReplicaId> {
+        let usable = || {
+            self.members
+                .iter()
+                .filter(|(id, m)| m.in_policy && !exclude.contains(id))
+        };
+        let settled: Vec<ReplicaId> = usable()
+            .filter(|(_, m)| !self.ramping(m, now))
+            .map(|(id, _)| id)
+            .collect();
+        let pool: Vec<ReplicaId> = match settled.is_empty() {
+            true => usable().map(|(id, _)| id).collect(),
+            false => settled,
+        };
+        if pool.is_empty() {
+            return None;
+        }
+        // A u32 draw: the simulator's draws, and so its reports, depend on the width.
+        let len = u32::try_from(pool.len()).unwrap_or(u32::MAX);
+        pool.get(rng.random_range(0..len) as usize).copied()
+    }
+
+    /// A try sent to `replica` finished: tells the policy (and gives it the load report the
+    /// response carried, if any), then scores the result for outlier ejection unless the try
+    /// was cancelled. Returns the ejection it caused, if any: the replica has left the policy.
+    pub fn on_complete(
+        &mut self,
+        replica: ReplicaId,
+        completion: &Completion,
+        report: Option<&LoadReport>,
+        now: Time,
+    ) -> Option<Ejection> {
+        self.policy.on_complete(replica, completion, now);
+        if let Some(report) = report {
+            self.policy.on_load_report(replica, report, now);
+        }
+        if completion.outcome == Outcome::Cancelled {
+            return None;
+        }
+        let ejection = self
+            .outlier
+            .as_mut()?
+            .on_result(replica, completion.outcome, now)?;
+        // A replica ejected again on probation, before the timer put it back, is still out.
+        if let Some(member) = self.members.get_mut(replica)
+            && member.in_policy
+        {
+            member.in_policy = false;
+            self.out += 1;
+            self.policy
+                .on_replica_change(ReplicaChange::Remove(replica), now);
+        }
+        // A replica ejected again while out returns later than its first end, which stays as
+        // an early (and harmless) wake-up.
+        let until = now + ejection.duration;
+        self.returns_at = Some(self.returns_at.map_or(until, |t| t.min(until)));
+        tracing::trace!(%replica, reason = %ejection.reason, ?ejection.duration, "ejected");
+        Some(ejection)
+    }
+
+    /// A replica reported its load without being probed (piggybacked on a response).
+    pub fn on_load_report(&mut self, replica: ReplicaId, report: &LoadReport, now: Time) {
+        self.policy.on_load_report(replica, report, now);
+    }
+
+    /// The next probe the policy wants sent, if any. Drain after every event.
+    pub fn poll_probe(&mut self, now: Time, rng: &mut dyn RngCore) -> Option<ProbeRequest> {
+        self.policy.poll_probe(now, rng)
+    }
+
+    /// How long to wait for a probe reply; None for policies that never probe.
+    pub fn probe_timeout(&self) -> Option<Duration> {
+        self.policy.probe_timeout()
+    }
+
+    /// A probe was answered.
+    pub fn on_probe_reply(
+        &mut self,
+        probe: &ProbeRequest,
+        report: &LoadReport,
+        now: Time,
+        rng: &mut dyn RngCore,
+    ) {
+        self.policy.on_probe_reply(probe, report, now, rng);
+    }
+
+    /// A probe failed: no reply before its timeout, a transport error, or a malformed reply.
+    pub fn on_probe_failure(&mut self, probe: &ProbeRequest, now: Time) {
+        self.policy.on_probe_failure(probe, now);
+    }
+
+    /// When the balancer next wants [`Balancer::handle_timeout`]: the policy's timer, or the
+    /// end of an ejection (possibly already past, when a replica awaits its return). Pure.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        match (self.policy.poll_timeout(), self.returns_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The timer fired: runs the policy's timer if it is due, and puts back into the policy the
+    /// replicas whose ejection has ended. Returns those replicas.
+    pub fn handle_timeout(&mut self, now: Time, rng: &mut dyn RngCore) -> Vec<ReplicaId> {
+        if self.policy.poll_timeout().is_some_and(|t| t <= now) {
+            self.policy.handle_timeout(now, rng);
+        }
+        let mut back = Vec::new();
+        let Some(outlier) = &self.outlier else {
+            return back;
+        };
+        if self.returns_at.is_none_or(|t| t > now) {
+            return back;
+        }
+        for (id, member) in self.members.iter_mut() {
+            if !member.in_policy && !outlier.is_ejected(id, now) {
+                member.in_policy = true;
+                self.policy
+                    .on_replica_change(ReplicaChange::Insert(id), now);
+                back.push(id);
+            }
+        }
+        self.out -= back.len();
+        self.returns_at = self.earliest_return();
+        back
+    }
+
+    /// A read-only view of the policy's state.
+    pub fn snapshot(&self, now: Time) -> Snapshot {
+        self.policy.snapshot(now)
+    }
+
+    /// Outlier ejection's state, when it is on.
+    pub fn outlier(&self) -> Option<&OutlierDetector> {
+        self.outlier.as_ref()
+    }
+
+    /// A request (not a retry, not a hedge) starts: it earns retry budget.
+    pub fn on_request(&mut self, now: Time) {
+        self.budget.on_request(now);
+    }
+
+    /// A request whose `attempts` tries all failed asks to try again: within `max_attempts`,
+    /// the retry budget decides (and is charged on [`RetryDecision::Retry`]). The driver first
+    /// decides whether the failure may be retried at all (a connect failure always; an error
+    /// response or a timed-out try when the request is idempotent, or configured so).
+    pub fn try_retry(&mut self, attempts: u32, now: Time) -> RetryDecision {
+        if attempts >= self.max_attempts {
+            return RetryDecision::NoAttemptsLeft;
+        }
+        match self.budget.try_retry(now) {
+            true => RetryDecision::Retry,
+            false => RetryDecision::OverBudget,
+        }
+    }
+
+    /// Tries per request, the first included.
+    pub fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    /// The retry budget.
+    pub fn retry_budget(&self) -> &RetryBudget {
+        &self.budget
+    }
+
+    /// The hedger: its delay, its counters, and how a losing try is reported.
+    pub fn hedger(&self) -> &Hedger {
+        &self.hedger
+    }
+
+    /// The hedger, to tell it of requests and responses.
+    pub fn hedger_mut(&mut self) -> &mut Hedger {
+        &mut self.hedger
+    }
+
+    /// A request that may be hedged sent its first try at `now`: counts it for the hedge
+    /// budget and returns when its hedge is due. None when hedging is off, no second usable
+    /// replica exists, or too few tries have answered yet to know what is slow.
+    pub fn hedge_plan(&mut self, now: Time) -> Option<Time> {
+        if !self.hedger.config().enabled || self.usable_count() < 2 {
+            return None;
+        }
+        self.hedger.on_request(now);
+        self.hedger.next_hedge_at(now, 0)
+    }
+
+    /// Whether the request whose first try started at `started`, that sent `hedges_sent`
+    /// hedges and tried `tried`, hedges at `now` ([`HedgeDecision::Now`] charges the hedge
+    /// budget), later, or never. None when every usable replica is in `tried`: a hedge goes
+    /// only to a replica the request has not tried, and one with nowhere to go is neither
+    /// charged nor counted.
+    pub fn poll_hedge(
+        &mut self,
+        started: Time,
+        hedges_sent: u32,
+        tried: &[ReplicaId],
+        now: Time,
+    ) -> Option<HedgeDecision> {
+        if !self.has_untried(tried) {
+            return None;
+        }
+        Some(self.hedger.poll_hedge(started, hedges_sent, now))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,248 @@
+//! Tests of the balancer: ejection in and out of the policy, exclusion, slow start, retries,
+//! hedging's room check, and that with nothing to do it leaves the policy's decisions alone.
+
+use std::time::Duration;
+
+use super::*;
+use crate::PolicyConfig;
+use crate::testing::rng;
+
+fn ids(n: u32) -> Vec<ReplicaId> {
+    (0..n).map(ReplicaId).collect()
+}
+
+fn balancer(policy: &str, config: &BalancerConfig, n: u32) -> Balancer {
+    let policy = PolicyConfig::from_name(policy).unwrap().build().unwrap();
+    let mut b = Balancer::new(policy, config).unwrap();
+    b.set_replicas(&ids(n), Time::ZERO);
+    b
+}
+
+fn query(id: u64) -> Query {
+    Query {
+        id: QueryId(id),
+        hint: None,
+    }
+}
+
+fn done(id: u64, outcome: Outcome) -> Completion {
+    Completion {
+        query: QueryId(id),
+        latency: Duration::from_millis(1),
+        outcome,
+    }
+}
+
+/// One try of query `id`, picked and dispatched at `now` without exclusion.
+fn try_once(b: &mut Balancer, id: u64, now: Time, r: &mut impl RngCore) -> ReplicaId {
+    let pick = b.pick(&query(id), now, r);
+    b.dispatch(pick, QueryId(id), (&[], Strict::No), now, r)
+        .unwrap()
+}
+
+#[test]
+fn without_ejection_or_exclusion_it_picks_as_the_policy_does() {
+    let config = BalancerConfig {
+        outlier_ejection: false,
+        ..BalancerConfig::default()
+    };
+    let mut b = balancer("least-loaded-p2c", &config, 8);
+    let mut plain = PolicyConfig::from_name("least-loaded-p2c")
+        .unwrap()
+        .build()
+        .unwrap();
+    ids(8).into_iter().for_each(|id| {
+        plain.on_replica_change(ReplicaChange::Insert(id), Time::ZERO);
+    });
+    let (mut r1, mut r2) = (rng(3), rng(3));
+    for i in 0..500 {
+        let now = Time::from_millis(i);
+        let got = try_once(&mut b, i, now, &mut r1);
+        let Pick::Replica(want) = plain.pick(&query(i), now, &mut r2) else {
+            panic!()
+        };
+        plain.on_dispatch(want, QueryId(i), now);
+        assert_eq!(got, want);
+        if i % 3 == 0 {
+            let c = done(i, Outcome::Error);
+            b.on_complete(got, &c, None, now);
+            plain.on_complete(want, &c, now);
+        }
+    }
+    assert_eq!(b.ejected_count(), 0);
+}
+
+#[test]
+fn a_failing_replica_leaves_the_policy_and_comes_back_when_its_ejection_ends() {
+    let mut b = balancer("round-robin", &BalancerConfig::default(), 4);
+    let mut r = rng(1);
+    let now = Time::from_secs(1);
+    let mut ejection = None;
+    for i in 0..5 {
+        ejection = b.on_complete(ReplicaId(2), &done(i, Outcome::Error), None, now);
+    }
+    let ejection = ejection.expect("five failures in a row eject");
+    assert_eq!(ejection.duration, Duration::from_secs(5));
+    assert!(b.is_ejected(ReplicaId(2)));
+    assert_eq!((b.ejected_count(), b.usable_count()), (1, 3));
+    for i in 0..40 {
+        assert_ne!(try_once(&mut b, 100 + i, now, &mut r), ReplicaId(2));
+    }
+    // The timer is the ejection's end; before it nothing comes back.
+    let end = now + Duration::from_secs(5);
+    assert_eq!(b.poll_timeout(), Some(end));
+    assert!(
+        b.handle_timeout(end - Duration::from_millis(1), &mut r)
+            .is_empty()
+    );
+    assert_eq!(b.handle_timeout(end, &mut r), [ReplicaId(2)]);
+    assert!(!b.is_ejected(ReplicaId(2)) && b.poll_timeout().is_none());
+    let back = (0..8).any(|i| try_once(&mut b, 200 + i, end, &mut r) == ReplicaId(2));
+    assert!(back, "round robin reaches it again");
+}
+
+#[test]
+fn a_replica_removed_while_ejected_is_forgotten() {
+    let mut b = balancer("random", &BalancerConfig::default(), 3);
+    for i in 0..5 {
+        b.on_complete(ReplicaId(0), &done(i, Outcome::Timeout), None, Time::ZERO);
+    }
+    assert_eq!(b.ejected_count(), 1);
+    b.set_replicas(&[ReplicaId(1), ReplicaId(2)], Time::from_secs(1));
+    assert_eq!((b.ejected_count(), b.usable_count()), (0, 2));
+    assert_eq!(b.poll_timeout(), None);
+    assert_eq!(b.replicas(), &[ReplicaId(1), ReplicaId(2)]);
+}
+
+#[test]
+fn cancelled_tries_say_nothing_against_a_replica() {
+    let mut b = balancer("random", &BalancerConfig::default(), 3);
+    for i in 0..50 {
+        let ejected = b.on_complete(ReplicaId(1), &done(i, Outcome::Cancelled), None, Time::ZERO);
+        assert_eq!(ejected, None);
+    }
+}
+
+#[test]
+fn exclusion_sends_a_retry_elsewhere_and_strict_never_falls_back() {
+    let mut b = balancer("round-robin", &BalancerConfig::default(), 2);
+    let mut r = rng(5);
+    let all = ids(2);
+    let pick = Pick::Replica(ReplicaId(0));
+    let one = [ReplicaId(0)];
+    let now = Time::ZERO;
+    assert_eq!(
+        b.dispatch(pick, QueryId(1), (&one, Strict::Yes), now, &mut r),
+        Some(ReplicaId(1))
+    );
+    // Every replica tried: a retry may go back to the policy's choice, a hedge nowhere.
+    assert_eq!(
+        b.dispatch(pick, QueryId(2), (&all, Strict::No), now, &mut r),
+        Some(ReplicaId(0))
+    );
+    assert_eq!(
+        b.dispatch(pick, QueryId(3), (&all, Strict::Yes), now, &mut r),
+        None
+    );
+    assert!(b.has_untried(&one) && !b.has_untried(&all));
+    // No decision from the policy: any usable replica.
+    assert!(
+        b.dispatch(Pick::NoReplica, QueryId(4), (&[], Strict::No), now, &mut r)
+            .is_some()
+    );
+}
+
+#[test]
+fn a_late_replica_ramps_up_and_the_starting_set_does_not() {
+    let mut b = balancer("least-loaded", &BalancerConfig::default(), 3);
+    let joined = Time::from_secs(10);
+    b.set_replicas(&ids(4), joined);
+    assert!(!b.is_ramping(ReplicaId(0), joined));
+    assert!(b.is_ramping(ReplicaId(3), joined));
+    assert!(!b.is_ramping(ReplicaId(3), joined + Duration::from_secs(30)));
+    // The policy keeps choosing the new replica (least loaded: nothing in flight); at the
+    // floor (factor 0.1) about nine in ten of those choices go elsewhere.
+    let mut r = rng(9);
+    let pick = Pick::Replica(ReplicaId(3));
+    let kept = (0..2000)
+        .filter(|&i| {
+            let got = b.dispatch(pick, QueryId(i), (&[], Strict::No), joined, &mut r);
+            got == Some(ReplicaId(3))
+        })
+        .count();
+    assert!((150..250).contains(&kept), "{kept}");
+}
+
+#[test]
+fn retries_stop_at_max_attempts_and_at_the_budget() {
+    let config = BalancerConfig {
+        max_attempts: 2,
+        retry_budget: RetryBudgetConfig {
+            ratio: 0.5,
+            min_per_second: 0.0,
+            ..RetryBudgetConfig::default()
+        },
+        ..BalancerConfig::default()
+    };
+    let mut b = balancer("random", &config, 3);
+    let now = Time::from_secs(1);
+    (0..4).for_each(|_| b.on_request(now));
+    assert_eq!(b.try_retry(2, now), RetryDecision::NoAttemptsLeft);
+    assert_eq!(b.try_retry(1, now), RetryDecision::Retry);
+    assert_eq!(b.try_retry(1, now), RetryDecision::Retry);
+    assert_eq!(b.try_retry(1, now), RetryDecision::OverBudget);
+    assert_eq!(b.max_attempts(), 2);
+}
+
+#[test]
+fn hedges_need_a_second_usable_replica_and_an_untried_one() {
+    let config = BalancerConfig {
+        hedge: HedgeConfig {
+            delay: Some(Duration::from_millis(10)),
+            ..HedgeConfig::default()
+        },
+        ..BalancerConfig::default()
+    };
+    let mut b = balancer("random", &config, 2);
+    let start = Time::from_secs(1);
+    assert_eq!(b.hedge_plan(start), Some(start + Duration::from_millis(10)));
+    let due = start + Duration::from_millis(10);
+    let tried = [ReplicaId(0)];
+    assert_eq!(
+        b.poll_hedge(start, 0, &tried, due),
+        Some(HedgeDecision::Now)
+    );
+    assert_eq!(b.poll_hedge(start, 0, &ids(2), due), None);
+    // With one of the two ejected, no request is hedged.
+    for i in 0..5 {
+        b.on_complete(ReplicaId(1), &done(i, Outcome::Error), None, start);
+    }
+    assert_eq!(b.usable_count(), 1);
+    assert_eq!(b.hedge_plan(start), None);
+}
+
+#[test]
+fn bad_config_names_its_key() {
+    let bad = BalancerConfig {
+        max_attempts: 0,
+        ..BalancerConfig::default()
+    };
+    assert_eq!(bad.validate().unwrap_err().key, "max_attempts");
+    let bad = BalancerConfig {
+        outlier: OutlierConfig {
+            consecutive_failures: 0,
+            ..OutlierConfig::default()
+        },
+        ..BalancerConfig::default()
+    };
+    let err = bad.validate().unwrap_err();
+    assert_eq!(
+        (err.component, err.key),
+        ("outlier", "consecutive_failures")
+    );
+    let parsed: BalancerConfig =
+        toml::from_str("max_attempts = 1\n[outlier]\nbase_ejection = \"1s\"").unwrap();
+    assert_eq!(parsed.max_attempts, 1);
+    assert_eq!(parsed.outlier.base_ejection, Duration::from_secs(1));
+    assert!(parsed.outlier_ejection);
+}
