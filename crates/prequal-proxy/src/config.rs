@@ -26,12 +26,12 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use prequal_core::HedgeConfig;
 use prequal_core::PolicyConfig;
 use prequal_core::config::deserialize_policy;
 use prequal_core::outlier::OutlierConfig;
 use prequal_core::retry_budget::RetryBudgetConfig;
 use prequal_core::slow_start::SlowStartConfig;
+use prequal_core::{BalancerConfig, HedgeConfig};
 use serde::{Deserialize, Serialize};
 
 pub use crate::tls::config::{ServerTlsConfig, SniCertConfig, UpstreamTlsConfig};
@@ -365,6 +365,19 @@ impl ProxyConfig {
 }
 
 impl ClusterConfig {
+    /// The keys prequal-core's [`BalancerConfig`] takes (retries, outlier ejection, slow start,
+    /// hedging): the same keys, with the same defaults, as a simulator scenario's `[clients]`.
+    pub fn balancer(&self) -> BalancerConfig {
+        BalancerConfig {
+            max_attempts: self.max_attempts,
+            retry_budget: self.retry_budget.clone(),
+            outlier_ejection: self.outlier_ejection,
+            outlier: self.outlier.clone(),
+            slow_start: self.slow_start.clone(),
+            hedge: self.hedge.clone(),
+        }
+    }
+
     /// Checks this cluster; the error is `(key, message)`.
     fn validate(&self) -> Result<(), (String, String)> {
         let sources = usize::from(!self.upstreams.is_empty())
@@ -445,6 +458,9 @@ mod tests {
         assert_eq!(cluster.try_timeout, Duration::from_secs(10));
         assert_eq!(config.server.listen.to_string(), "127.0.0.1:8080");
         assert_eq!(config.admin.listen.to_string(), "127.0.0.1:9901");
+        // The balancer's defaults are the proxy's: a scenario that sets no balancer key
+        // simulates this cluster.
+        assert_eq!(cluster.balancer(), BalancerConfig::default());
     }
 
     #[test]

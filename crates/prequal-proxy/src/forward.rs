@@ -265,10 +265,9 @@ impl<'a> Tries<'a> {
             _ => false,
         };
         retryable
-            && attempts < self.cluster.config().max_attempts
             && self.body.is_replayable()
             && Instant::now() < self.deadline
-            && self.cluster.try_retry()
+            && self.cluster.try_retry(attempts)
     }
 }
 

@@ -8,11 +8,13 @@
 //! the requests waiting for them. Time is the nanoseconds since the proxy started, as a
 //! [`Time`].
 //!
-//! Around the policy the driver adds what the core provides as building blocks: outlier ejection
-//! (an ejected replica is removed from the policy and inserted again when its ejection ends),
-//! slow start (a replica that joins after the cluster started is passed over, with probability
-//! `1 − factor`, for another one while it ramps up), the retry budget, and exclusion of replicas
-//! a request already tried.
+//! The policy sits inside prequal-core's [`Balancer`], which decides everything around it, the
+//! same lines the simulator runs: outlier ejection (an ejected replica is removed from the policy
+//! and inserted again when its ejection ends), slow start (a replica that joins after the
+//! cluster started is passed over, with probability `1 − factor`, for another one while it
+//! ramps up), exclusion of replicas a request already tried, the retry budget and
+//! `max_attempts`, and when a hedge is due. The cluster adds the connections, the metrics and
+//! the logs.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -20,11 +22,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use http::uri::Authority;
-use prequal_core::outlier::OutlierDetector;
-use prequal_core::retry_budget::RetryBudget;
 use prequal_core::{
-    Completion, HedgeDecision, Hedger, LoadReport, Outcome, Pick, ProbeRequest, Query, QueryId,
-    ReplicaChange, ReplicaId, Time,
+    Balancer, Completion, HedgeDecision, LoadReport, Outcome, Pick, ProbeRequest, Query, QueryId,
+    ReplicaId, RetryDecision, Time,
 };
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
@@ -32,7 +32,8 @@ use tokio::sync::{Notify, Semaphore, oneshot};
 
 mod state;
 
-pub use self::state::Strict;
+pub use prequal_core::Strict;
+
 use self::state::{Core, Member, random_seed};
 use crate::config::{ClusterConfig, UpstreamProtocol};
 use crate::connector::Connector;
@@ -114,29 +115,16 @@ impl Cluster {
     ) -> Result<Arc<Self>, prequal_core::ConfigError> {
         let policy = config.policy.build()?;
         let probe_timeout = policy.probe_timeout().unwrap_or(DEFAULT_PROBE_TIMEOUT);
-        let block = |key| {
-            move |e: prequal_core::retry_budget::BlockConfigError| {
-                prequal_core::ConfigError::invalid("proxy", key, e.to_string())
-            }
-        };
-        let outlier = match config.outlier_ejection {
-            true => Some(OutlierDetector::new(&config.outlier).map_err(block("outlier"))?),
-            false => None,
-        };
-        let budget = RetryBudget::new(&config.retry_budget).map_err(block("retry_budget"))?;
-        let hedger = Hedger::new(&config.hedge).map_err(block("hedge"))?;
+        let balancer = Balancer::new(policy, &config.balancer())
+            .map_err(|e| prequal_core::ConfigError::invalid("proxy", e.component, e.to_string()))?;
         let core = Core {
-            policy,
+            balancer,
             rng: SmallRng::seed_from_u64(random_seed()),
             members: BTreeMap::new(),
             by_addr: HashMap::new(),
             next_id: 0,
-            started: false,
-            outlier,
-            budget,
             waiting: HashMap::new(),
             armed: None,
-            hedger,
         };
         let metrics = registry.cluster(name);
         let upstreams = |opened: &prometheus_client::metrics::counter::Counter| {
@@ -213,8 +201,6 @@ impl Cluster {
         let now = self.now();
         let mut guard = self.lock();
         let core = &mut *guard;
-        let initial = !core.started;
-        core.started = true;
         let gone: Vec<String> = core
             .by_addr
             .keys()
@@ -223,14 +209,19 @@ impl Cluster {
             .collect();
         for addr in gone {
             if let Some(id) = core.by_addr.remove(&addr) {
-                core.remove_member(id, now);
+                core.members.remove(&id);
                 for upstream in self.upstreams.iter().chain(&self.probe_upstreams) {
                     upstream.forget(id);
                 }
             }
         }
+        // The replicas staying, then the new ones in the order given.
+        let mut ids: Vec<ReplicaId> = Vec::with_capacity(addrs.len());
         for addr in addrs {
-            if core.by_addr.contains_key(addr) {
+            if let Some(&id) = core.by_addr.get(addr) {
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
                 continue;
             }
             let Ok(authority) = addr.parse::<Authority>() else {
@@ -242,21 +233,16 @@ impl Cluster {
             let metrics = self.registry.replica(&self.name, addr);
             let member = Member {
                 authority,
-                added_at: now,
-                initial,
-                in_policy: true,
                 metrics,
                 probes_outstanding: Arc::default(),
                 failing: false,
             };
             core.members.insert(id, member);
             core.by_addr.insert(addr.clone(), id);
-            core.policy
-                .on_replica_change(ReplicaChange::Insert(id), now);
-            if let Some(outlier) = &mut core.outlier {
-                outlier.insert(id);
-            }
+            ids.push(id);
         }
+        // The first set is the starting one; replicas added later ramp up through slow start.
+        core.balancer.set_replicas(&ids, now);
         self.metrics.replicas.set(core.members.len() as i64);
         self.metrics.ejected.set(core.ejected_count());
         drop(guard);
@@ -283,9 +269,9 @@ impl Cluster {
             let mut guard = self.lock();
             let core = &mut *guard;
             if first {
-                core.budget.on_request(now);
+                core.balancer.on_request(now);
             }
-            let pick = core.policy.pick(
+            let pick = core.balancer.pick(
                 &Query {
                     id: query,
                     hint: None,
@@ -300,10 +286,10 @@ impl Cluster {
                 core.waiting.insert(query, tx);
                 waiter = Some(rx);
             } else {
-                decided = Some(core.commit(pick, query, (exclude, strict), &self.config, now));
+                decided = Some(core.commit(pick, query, (exclude, strict), now));
             }
             let outbox = core.drain(now);
-            let rearm = core.rearm(now);
+            let rearm = core.rearm();
             drop(guard);
             if rearm {
                 self.wake.notify_one();
@@ -319,8 +305,7 @@ impl Cluster {
             None => Pick::NoReplica,
         };
         let now = self.now();
-        self.lock()
-            .commit(pick, query, (exclude, strict), &self.config, now)
+        self.lock().commit(pick, query, (exclude, strict), now)
     }
 
     /// Waits for a sync-mode decision, for a few probe timeouts at most.
@@ -339,18 +324,20 @@ impl Cluster {
     /// Whether some usable replica is not in `tried`: where a hedge or a retry beside other
     /// tries could go.
     pub fn has_untried(&self, tried: &[ReplicaId]) -> bool {
-        self.lock().has_untried(tried)
+        self.lock().balancer.has_untried(tried)
     }
 
-    /// Admits one retry against the budget.
-    pub fn try_retry(&self) -> bool {
+    /// Admits one more try of a request that made `attempts` tries, all failed: within
+    /// `max_attempts`, against the retry budget.
+    pub fn try_retry(&self, attempts: u32) -> bool {
         let now = self.now();
-        let admitted = self.lock().budget.try_retry(now);
-        match admitted {
-            true => self.metrics.retries.inc(),
-            false => self.metrics.retries_refused.inc(),
+        let decision = self.lock().balancer.try_retry(attempts, now);
+        match decision {
+            RetryDecision::Retry => self.metrics.retries.inc(),
+            RetryDecision::OverBudget => self.metrics.retries_refused.inc(),
+            RetryDecision::NoAttemptsLeft => return false,
         };
-        admitted
+        decision.is_retry()
     }
 
     /// A request that may be hedged starts now: counts it for the hedge budget; returns its
@@ -361,11 +348,8 @@ impl Cluster {
             return None;
         }
         let now = self.now();
-        let mut core = self.lock();
-        // A hedge must go to another replica: none without a second usable one.
-        core.members.values().filter(|m| m.in_policy).nth(1)?;
-        core.hedger.on_request(now);
-        let due = core.hedger.next_hedge_at(now, 0)?;
+        // None without a second usable replica: a hedge must go to another one.
+        let due = self.lock().balancer.hedge_plan(now)?;
         Some((now, self.instant_of(due)))
     }
 
@@ -380,13 +364,10 @@ impl Cluster {
         tried: &[ReplicaId],
     ) -> Option<Result<(), Instant>> {
         let now = self.now();
-        let decision = {
-            let mut core = self.lock();
-            if !core.has_untried(tried) {
-                return None;
-            }
-            core.hedger.poll_hedge(started, hedges_sent, now)
-        };
+        let decision = self
+            .lock()
+            .balancer
+            .poll_hedge(started, hedges_sent, tried, now)?;
         match decision {
             HedgeDecision::Now => {
                 self.metrics.hedges.inc();
@@ -426,10 +407,10 @@ impl Cluster {
         }
         let outcome = match (outcome, answered) {
             // Abandoned before the replica answered: a timeout once it outlived the delay.
-            (Outcome::Cancelled, None) => core.hedger.loser_outcome(latency),
+            (Outcome::Cancelled, None) => core.balancer.hedger().loser_outcome(latency),
             // The hedger learns the time to the response head, what a hedge races.
             (Outcome::Success, Some(head)) => {
-                core.hedger.on_response(head, false);
+                core.balancer.hedger_mut().on_response(head, false);
                 outcome
             }
             (other, _) => other,
@@ -439,12 +420,11 @@ impl Cluster {
             latency,
             outcome,
         };
-        core.policy.on_complete(replica, &completion, now);
-        if let Some(report) = report {
-            core.policy.on_load_report(replica, &report, now);
-        }
+        let ejection = core
+            .balancer
+            .on_complete(replica, &completion, report.as_ref(), now);
         if outcome != Outcome::Cancelled {
-            core.record_outlier(replica, outcome, now, &self.metrics);
+            core.note_result(replica, outcome, ejection, &self.metrics);
         }
         self.after_event(guard, now);
     }
@@ -453,7 +433,7 @@ impl Cluster {
     /// sends the probes asked for.
     fn after_event(self: &Arc<Self>, mut guard: MutexGuard<'_, Core>, now: Time) {
         let outbox = guard.drain(now);
-        let rearm = guard.rearm(now);
+        let rearm = guard.rearm();
         drop(guard);
         if rearm {
             self.wake.notify_one();
@@ -469,16 +449,16 @@ impl Cluster {
         match report {
             Some(report) => {
                 self.metrics.probes_ok.inc();
-                core.policy
+                core.balancer
                     .on_probe_reply(probe, report, now, &mut core.rng);
             }
             None => {
                 self.metrics.probes_failed.inc();
-                core.policy.on_probe_failure(probe, now);
+                core.balancer.on_probe_failure(probe, now);
             }
         }
         let outbox = core.drain(now);
-        if core.rearm(now) {
+        if core.rearm() {
             self.wake.notify_one();
         }
         outbox
@@ -490,12 +470,10 @@ impl Cluster {
         let now = self.now();
         let mut guard = self.lock();
         let core = &mut *guard;
-        if core.policy.poll_timeout().is_some_and(|t| t <= now) {
-            core.policy.handle_timeout(now, &mut core.rng);
-        }
-        core.restore_unejected(now, &self.metrics);
+        let back = core.balancer.handle_timeout(now, &mut core.rng);
+        core.note_restored(&back, &self.metrics);
         let outbox = core.drain(now);
-        let next = core.next_deadline(now);
+        let next = core.next_deadline();
         core.armed = next;
         let floor = Instant::now() + MIN_TIMER_STEP;
         (outbox, next.map(|t| self.instant_of(t).max(floor)))
@@ -514,8 +492,8 @@ impl Cluster {
                 serde_json::json!({
                     "id": id,
                     "address": m.authority.as_str(),
-                    "ejected": !m.in_policy,
-                    "ramping": !m.initial && self.config.slow_start.is_ramping(m.added_at, now),
+                    "ejected": core.balancer.is_ejected(*id),
+                    "ramping": core.balancer.is_ramping(*id, now),
                     "tries": m.metrics.counts(),
                 })
             })
@@ -523,7 +501,7 @@ impl Cluster {
         // Ejections as an operator reads them: the replica's address, how long is left, and
         // when that is on the wall clock.
         let wall_now = std::time::SystemTime::now();
-        let outlier = core.outlier.as_ref().map(|o| {
+        let outlier = core.balancer.outlier().map(|o| {
             o.views(now)
                 .into_iter()
                 .map(|v| {
@@ -541,16 +519,16 @@ impl Cluster {
         });
         serde_json::json!({
             "name": self.name,
-            "policy": core.policy.name(),
+            "policy": core.balancer.policy().name(),
             "replicas": replicas,
-            "snapshot": core.policy.snapshot(now),
+            "snapshot": core.balancer.snapshot(now),
             "outlier": outlier,
-            "retry_budget_available": core.budget.available(now),
+            "retry_budget_available": core.balancer.retry_budget().available(now),
             "waiting_for_decision": core.waiting.len(),
             "requests": self.metrics.requests.get(),
             "retries": self.metrics.retries.get(),
             "hedges": {
-                "delay_us": core.hedger.delay().map(|d| d.as_micros() as u64),
+                "delay_us": core.balancer.hedger().delay().map(|d| d.as_micros() as u64),
                 "sent": self.metrics.hedges.get(),
                 "won": self.metrics.hedges_won.get(),
                 "refused": self.metrics.hedges_refused.get(),
@@ -560,6 +538,6 @@ impl Cluster {
 
     /// Whether any replica can take traffic.
     pub fn is_ready(&self) -> bool {
-        self.lock().members.values().any(|m| m.in_policy)
+        self.lock().balancer.usable_count() > 0
     }
 }
