@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::{self, HedgeSummary, RunOutput, SimError};
 use crate::model::ModelError;
-use crate::scenario::Compiled;
+use crate::scenario::{BalancerKeys, Compiled};
 
 /// One run to do.
 #[derive(Clone, Debug, PartialEq)]
@@ -23,6 +23,9 @@ pub struct RunPlan {
     pub contender: PolicyConfig,
     /// Hedging, when the run hedges (the contender's own `hedge`, else `[clients.hedge]`).
     pub hedge: Option<HedgeConfig>,
+    /// The balancer keys set (the contender's own, else `[clients]`'s); unset ones take the
+    /// proxy's defaults.
+    pub balancer: BalancerKeys,
     /// Load multiplier.
     pub load: f64,
     /// The swept parameter and its value, if any.
@@ -163,6 +166,7 @@ pub fn plan(compiled: &Compiled) -> Result<Vec<RunPlan>, ModelError> {
                 .or(sc.clients.hedge.as_ref())
                 .filter(|h| h.enabled)
                 .cloned();
+            let balancer = entry.balancer.over(&sc.clients.balancer_keys());
             let variants = match &sweep.param {
                 Some(key) => {
                     let mut v = Vec::new();
@@ -185,10 +189,13 @@ pub fn plan(compiled: &Compiled) -> Result<Vec<RunPlan>, ModelError> {
                 if let Some(h) = &hedge {
                     label.push_str(&hedge_label(h));
                 }
+                // Only the contender's own keys: `[clients]`'s apply to every run alike.
+                label.push_str(&entry.balancer.label());
                 out.push(RunPlan {
                     label,
                     contender: config,
                     hedge: hedge.clone(),
+                    balancer: balancer.clone(),
                     load,
                     param,
                 });
@@ -215,7 +222,8 @@ pub fn run_all(
     let runs: Vec<Result<RunResult, SimError>> = plans
         .par_iter()
         .map(|p| {
-            let output = engine::run_with_hedge(compiled, &p.contender, p.hedge.as_ref(), p.load)?;
+            let config = p.balancer.config(p.hedge.as_ref());
+            let output = engine::run_with(compiled, &p.contender, &config, p.load)?;
             progress(p);
             Ok(RunResult {
                 label: p.label.clone(),

@@ -10,11 +10,18 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use prequal_core::outlier::OutlierConfig;
+use prequal_core::retry_budget::RetryBudgetConfig;
+use prequal_core::slow_start::SlowStartConfig;
 use prequal_core::{EstimatorConfig, HedgeConfig, PolicyConfig, Time};
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::model::{DistSpec, Distribution, ModelError, ServersSpec, parse_trace};
+
+mod balancer;
+
+pub use self::balancer::BalancerKeys;
 
 /// A scenario could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -125,7 +132,8 @@ fn default_objective() -> Duration {
 }
 
 /// One contender: a policy config (a name, or a table with `name` and parameters) and, when
-/// its table has a `hedge` key, its own hedging (which replaces `[clients.hedge]` for it).
+/// its table has a `hedge` key, its own hedging (which replaces `[clients.hedge]` for it), and
+/// when it has balancer keys (`max_attempts`, `outlier`, ...), its own values of those.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Contender {
     /// The policy.
@@ -134,6 +142,9 @@ pub struct Contender {
     /// Hedging for this contender only (`hedge = { ... }` in its table).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hedge: Option<HedgeConfig>,
+    /// Balancer keys for this contender only, each replacing the same key of `[clients]`.
+    #[serde(flatten)]
+    pub balancer: BalancerKeys,
 }
 
 impl From<PolicyConfig> for Contender {
@@ -141,6 +152,7 @@ impl From<PolicyConfig> for Contender {
         Contender {
             policy,
             hedge: None,
+            balancer: BalancerKeys::default(),
         }
     }
 }
@@ -168,9 +180,21 @@ impl<'de> Deserialize<'de> for Contender {
                     ),
                     None => None,
                 };
+                let mut keys = toml::Table::new();
+                for name in BalancerKeys::NAMES {
+                    if let Some(v) = table.remove(name) {
+                        keys.insert(name.to_string(), v);
+                    }
+                }
+                let balancer =
+                    BalancerKeys::deserialize(keys).map_err(|e| de::Error::custom(e.message()))?;
                 let policy =
                     PolicyConfig::deserialize(table).map_err(|e| de::Error::custom(e.message()))?;
-                Ok(Contender { policy, hedge })
+                Ok(Contender {
+                    policy,
+                    hedge,
+                    balancer,
+                })
             }
         }
         d.deserialize_any(NameOrTable)
@@ -202,6 +226,38 @@ pub struct ClientsSpec {
     /// (default: no hedging).
     #[serde(default)]
     pub hedge: Option<HedgeConfig>,
+    /// Tries per query, the first included; a query whose try fails with an error is tried
+    /// again on a replica it has not tried, within the retry budget (default 3, as the proxy;
+    /// 1 disables retries). Queries that hedge replace failed tries by the hedging rule instead.
+    #[serde(default)]
+    pub max_attempts: Option<u32>,
+    /// `[clients.retry_budget]`: each client's retry budget (prequal-core's
+    /// [`RetryBudgetConfig`]; default: its defaults).
+    #[serde(default)]
+    pub retry_budget: Option<RetryBudgetConfig>,
+    /// Whether each client ejects replicas that keep failing (default true, as the proxy).
+    #[serde(default)]
+    pub outlier_ejection: Option<bool>,
+    /// `[clients.outlier]`: ejection parameters (prequal-core's [`OutlierConfig`]).
+    #[serde(default)]
+    pub outlier: Option<OutlierConfig>,
+    /// `[clients.slow_start]`: slow start for replicas that join after the start
+    /// (prequal-core's [`SlowStartConfig`]).
+    #[serde(default)]
+    pub slow_start: Option<SlowStartConfig>,
+}
+
+impl ClientsSpec {
+    /// The balancer keys `[clients]` sets, for every contender.
+    pub fn balancer_keys(&self) -> BalancerKeys {
+        BalancerKeys {
+            max_attempts: self.max_attempts,
+            retry_budget: self.retry_budget.clone(),
+            outlier_ejection: self.outlier_ejection,
+            outlier: self.outlier.clone(),
+            slow_start: self.slow_start.clone(),
+        }
+    }
 }
 
 /// Inter-arrival process.
@@ -460,11 +516,13 @@ impl Scenario {
                 h.validate()
                     .map_err(|e| bad(format!("contenders[{i}].hedge.{}", e.key), e.message))?;
             }
+            c.balancer.validate(&format!("contenders[{i}]."))?;
         }
         if let Some(h) = &self.clients.hedge {
             h.validate()
                 .map_err(|e| bad(format!("clients.hedge.{}", e.key), e.message))?;
         }
+        self.clients.balancer_keys().validate("clients.")?;
         if self.clients.count == 0 {
             return Err(bad("clients.count", "expected at least 1 client"));
         }

@@ -52,6 +52,7 @@ fn add_hedged_copies(s: &mut Scenario) {
         let hedged = c.hedge.is_none().then(|| Contender {
             policy: c.policy.clone(),
             hedge: Some(HedgeConfig::default()),
+            balancer: c.balancer.clone(),
         });
         out.push(c);
         out.extend(hedged);

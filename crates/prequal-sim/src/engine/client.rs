@@ -1,9 +1,13 @@
-//! Client-side events: arrivals, picks, dispatch, responses, deadlines, probes and timers.
+//! Client-side events: arrivals, picks, dispatch, responses, retries, deadlines, probes and
+//! timers. Each client drives one [`Balancer`]: the policy picks, the balancer dispatches
+//! (ejection, exclusion of the replicas a query tried, slow start), scores every finished try,
+//! and admits retries.
 
 use std::time::Duration;
 
 use prequal_core::{
-    Completion, Hedger, Outcome, Pick, Policy, ProbeRequest, Query, QueryId, ReplicaId, Time,
+    Balancer, Completion, Outcome, Pick, ProbeRequest, Query, QueryId, ReplicaId, RetryDecision,
+    Strict, Time,
 };
 use rand::rngs::SmallRng;
 use rand_distr::{Distribution as _, Exp1};
@@ -13,6 +17,7 @@ mod hedging;
 use super::expiry::Expiries;
 use super::slab::Slab;
 use super::{Event, Sim};
+use crate::hash::IdMap;
 use crate::scenario::Arrivals;
 
 /// One query a client has issued and not yet finished.
@@ -27,6 +32,8 @@ struct Slot {
     report: Option<prequal_core::LoadReport>,
     /// With hedging on, the query this slot is one try of (a key in `Hedging::requests`).
     request: Option<u64>,
+    /// Tries of the query so far, this one included (more than one after a retry).
+    attempts: u32,
 }
 
 /// A query of a hedging client: its tries (each a [`Slot`]) and its hedging state.
@@ -40,7 +47,7 @@ struct Request {
     /// Tries not settled yet (keys in `Client::queries`).
     tries: Vec<u64>,
     /// Replicas tried so far: a hedge never goes to one of them.
-    tried: Vec<u32>,
+    tried: Vec<ReplicaId>,
     /// Hedges decided so far.
     hedges: u32,
     /// Tries that failed fast: each is replaced without using up a hedge of `max_hedges`.
@@ -49,9 +56,8 @@ struct Request {
     hedge_at: Option<Time>,
 }
 
-/// A client's hedging: the core's decision, its queries, and what it cost.
+/// A client's hedging: its queries and what they cost (the decisions are its balancer's).
 struct Hedging {
-    hedger: Hedger,
     requests: Slab<Request>,
     /// Tries sent to replicas (first tries and hedges).
     tries: u64,
@@ -68,12 +74,23 @@ struct PendingProbe {
     report: Option<prequal_core::LoadReport>,
 }
 
-/// A balancing client: its policy, its RNG, its queries and probes in flight.
+/// What a client's balancer did beyond picking, for the report.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Counts {
+    pub(super) retries: u64,
+    pub(super) retries_refused: u64,
+    pub(super) ejections: u64,
+}
+
+/// A balancing client: its balancer, its RNG, its queries and probes in flight.
 pub(super) struct Client {
-    pub(super) policy: Box<dyn Policy>,
+    pub(super) balancer: Balancer,
     rng: SmallRng,
     /// Queries in flight; a query's id is its key here.
     queries: Slab<Slot>,
+    /// The replicas a query being retried tried before its current try.
+    retried: IdMap<u64, Vec<ReplicaId>>,
+    pub(super) counts: Counts,
     /// Probes in flight, under the keys their events carry.
     probes: Slab<PendingProbe>,
     timer: Option<Time>,
@@ -84,17 +101,18 @@ pub(super) struct Client {
 }
 
 impl Client {
-    pub(super) fn new(policy: Box<dyn Policy>, rng: SmallRng, hedger: Option<Hedger>) -> Self {
+    pub(super) fn new(balancer: Balancer, rng: SmallRng, hedging: bool) -> Self {
         Client {
-            policy,
+            balancer,
             rng,
             queries: Slab::default(),
+            retried: IdMap::default(),
+            counts: Counts::default(),
             probes: Slab::default(),
             timer: None,
             deadlines: Expiries::default(),
             probe_timeouts: Expiries::default(),
-            hedging: hedger.map(|hedger| Hedging {
-                hedger,
+            hedging: hedging.then(|| Hedging {
                 requests: Slab::default(),
                 tries: 0,
             }),
@@ -104,12 +122,15 @@ impl Client {
     /// True when no query, try or hedged request is in flight (tests check it after a run).
     #[cfg(test)]
     pub(super) fn is_idle(&self) -> bool {
-        self.queries.is_empty() && self.hedging.as_ref().is_none_or(|h| h.requests.is_empty())
+        self.queries.is_empty()
+            && self.retried.is_empty()
+            && self.hedging.as_ref().is_none_or(|h| h.requests.is_empty())
     }
 
     /// This client's hedging counters: (stats, tries sent), when it hedges.
     pub(super) fn hedge_stats(&self) -> Option<(prequal_core::HedgeStats, u64)> {
-        self.hedging.as_ref().map(|h| (h.hedger.stats(), h.tries))
+        let stats = self.balancer.hedger().stats();
+        self.hedging.as_ref().map(|h| (stats, h.tries))
     }
 
     fn open(&mut self, now: Time) -> u64 {
@@ -120,6 +141,7 @@ impl Client {
             server_slot: None,
             report: None,
             request: None,
+            attempts: 1,
         })
     }
 
@@ -167,6 +189,8 @@ impl Sim<'_> {
         if per_client > 0.0 {
             let client = &mut self.clients[c as usize];
             let query = client.open(now);
+            // A query, not a retry nor a hedge: it earns retry budget.
+            client.balancer.on_request(now);
             if let Some(h) = &mut client.hedging {
                 let request = h.requests.insert(Request {
                     issued: now,
@@ -186,7 +210,7 @@ impl Sim<'_> {
                 id: QueryId(query),
                 hint: None,
             };
-            match client.policy.pick(&q, now, &mut client.rng) {
+            match client.balancer.pick(&q, now, &mut client.rng) {
                 Pick::Replica(r) => self.dispatch(c, query, r),
                 Pick::Pending => {}
                 Pick::NoReplica => self.no_replica(c, query),
@@ -201,6 +225,9 @@ impl Sim<'_> {
         let Some(slot) = client.queries.remove(query) else {
             return;
         };
+        if slot.attempts > 1 {
+            client.retried.remove(&query);
+        }
         if let (Some(key), Some(h)) = (slot.request, &mut client.hedging) {
             let Some(request) = h.requests.get_mut(key) else {
                 return;
@@ -216,7 +243,7 @@ impl Sim<'_> {
 
     fn dispatch(&mut self, c: u32, query: u64, replica: ReplicaId) {
         let now = self.now;
-        let Some(replica) = self.untried(c, query, replica) else {
+        let Some(replica) = self.commit(c, query, Pick::Replica(replica)) else {
             self.no_replica(c, query);
             return;
         };
@@ -226,7 +253,7 @@ impl Sim<'_> {
                 .get(query)
                 .and_then(|s| s.request)
                 .and_then(|k| self.clients[c as usize].hedging.as_ref()?.requests.get(k))
-                .is_none_or(|r| !r.tried.contains(&replica.0)),
+                .is_none_or(|r| !r.tried.contains(&replica)),
             "a hedge never goes to a replica its query already tried"
         );
         let client = &mut self.clients[c as usize];
@@ -235,8 +262,7 @@ impl Sim<'_> {
         };
         slot.replica = replica.0;
         slot.dispatched = Some(now);
-        let (issued, request) = (slot.issued, slot.request);
-        client.policy.on_dispatch(replica, QueryId(query), now);
+        let (issued, request, attempts) = (slot.issued, slot.request, slot.attempts);
         let at = now + self.delay(false);
         self.queue.push(
             at,
@@ -246,10 +272,11 @@ impl Sim<'_> {
                 query,
             },
         );
-        // Without hedging a query's deadline follows its one try; with hedging it belongs to
-        // the request and is set when its first try goes out.
+        // Without hedging a query's deadline is set when its first try goes out (a retry keeps
+        // the query's id, and so its deadline); with hedging it belongs to the request and is
+        // set when its first try goes out.
         let deadline_key = match request {
-            None => Some(query),
+            None => (attempts == 1).then_some(query),
             Some(key) => self.note_try_sent(c, key, replica),
         };
         if let Some(deadline) = self.compiled.scenario.clients.deadline
@@ -265,17 +292,52 @@ impl Sim<'_> {
         }
     }
 
-    /// Finishes `query` at the client with `outcome`, telling the policy and the recorder.
+    /// The balancer's decision for `query` on `pick`: the replicas its query tried are excluded
+    /// (for a hedge strictly, for a retry unless none other is left), ejected ones replaced,
+    /// ramping ones passed over by chance; the policy hears of the dispatch.
+    fn commit(&mut self, c: u32, query: u64, pick: Pick) -> Option<ReplicaId> {
+        let client = &mut self.clients[c as usize];
+        let slot = client.queries.get(query)?;
+        let tried: (&[ReplicaId], Strict) = match (slot.request, &client.hedging) {
+            (Some(key), Some(h)) => (h.requests.get(key).map_or(&[], |r| &r.tried), Strict::Yes),
+            _ if slot.attempts > 1 => (client.retried.get(&query).map_or(&[], |t| t), Strict::No),
+            _ => (&[], Strict::No),
+        };
+        let (now, rng) = (self.now, &mut client.rng);
+        client
+            .balancer
+            .dispatch(pick, QueryId(query), tried, now, rng)
+    }
+
+    /// Tells the balancer that a try of `query` to `replica` ended; counts an ejection.
+    fn settle(&mut self, c: u32, replica: u32, completion: &Completion) {
+        let client = &mut self.clients[c as usize];
+        let replica = ReplicaId(replica);
+        if let Some(report) = client
+            .queries
+            .get(completion.query.0)
+            .and_then(|s| s.report)
+        {
+            client.balancer.on_load_report(replica, &report, self.now);
+        }
+        let ejected = client
+            .balancer
+            .on_complete(replica, completion, None, self.now);
+        client.counts.ejections += u64::from(ejected.is_some());
+    }
+
+    /// Finishes `query` at the client with `outcome`, telling the balancer and the recorder;
+    /// an error is retried instead while the balancer admits it.
     fn complete(&mut self, c: u32, query: u64, outcome: Outcome) {
         let now = self.now;
         let client = &mut self.clients[c as usize];
-        if let Some(key) = client.queries.get(query).and_then(|s| s.request) {
+        let Some(slot) = client.queries.get(query).copied() else {
+            return;
+        };
+        if let Some(key) = slot.request {
             self.complete_try(c, key, query, outcome);
             return;
         }
-        let Some(slot) = client.queries.remove(query) else {
-            return;
-        };
         let Some(sent) = slot.dispatched else {
             return;
         };
@@ -284,18 +346,67 @@ impl Sim<'_> {
             latency: now.saturating_since(sent),
             outcome,
         };
-        if let Some(report) = &slot.report {
-            client
-                .policy
-                .on_load_report(ReplicaId(slot.replica), report, now);
+        self.settle(c, slot.replica, &completion);
+        if outcome == Outcome::Error && self.retry(c, query, slot) {
+            return;
         }
-        client
-            .policy
-            .on_complete(ReplicaId(slot.replica), &completion, now);
+        let client = &mut self.clients[c as usize];
+        client.queries.remove(query);
+        if slot.attempts > 1 {
+            client.retried.remove(&query);
+        }
         let latency = now.saturating_since(slot.issued).as_nanos() as u64;
         self.recorder
             .query(slot.issued, Some(latency), Some(outcome));
         self.service_client(c);
+    }
+
+    /// Tries the query whose try `query` (`slot`) failed again, if the balancer admits it: a
+    /// new try (under a new key, so no event of the old one can reach it) with the query's
+    /// issue time and deadline, to a replica the query has not tried. True if it did.
+    fn retry(&mut self, c: u32, query: u64, slot: Slot) -> bool {
+        let now = self.now;
+        let client = &mut self.clients[c as usize];
+        match client.balancer.try_retry(slot.attempts, now) {
+            RetryDecision::Retry => client.counts.retries += 1,
+            RetryDecision::OverBudget => {
+                client.counts.retries_refused += 1;
+                return false;
+            }
+            RetryDecision::NoAttemptsLeft => return false,
+        }
+        client.queries.remove(query);
+        let mut tried = client.retried.remove(&query).unwrap_or_default();
+        tried.push(ReplicaId(slot.replica));
+        let next = client.queries.insert(Slot {
+            dispatched: None,
+            server_slot: None,
+            report: None,
+            attempts: slot.attempts + 1,
+            ..slot
+        });
+        client.retried.insert(next, tried);
+        // The first try's deadline entry names the old key; the retry gets its own, at the
+        // same time.
+        if let Some(deadline) = self.compiled.scenario.clients.deadline {
+            let event = Event::QueryDeadline {
+                client: c,
+                query: next,
+            };
+            self.queue.push(slot.issued + deadline, event);
+        }
+        let client = &mut self.clients[c as usize];
+        let q = Query {
+            id: QueryId(next),
+            hint: None,
+        };
+        match client.balancer.pick(&q, now, &mut client.rng) {
+            Pick::Replica(r) => self.dispatch(c, next, r),
+            Pick::Pending => {}
+            Pick::NoReplica => self.no_replica(c, next),
+        }
+        self.service_client(c);
+        true
     }
 
     pub(super) fn on_response(&mut self, c: u32, query: u64, error: bool) {
@@ -331,7 +442,9 @@ impl Sim<'_> {
         self.expired = due;
     }
 
-    fn on_deadline(&mut self, c: u32, query: u64) {
+    /// Query `query` of client `c` reached its deadline (a retry's own deadline event comes
+    /// here directly).
+    pub(super) fn on_deadline(&mut self, c: u32, query: u64) {
         let Some(slot) = self.clients[c as usize].queries.get(query).copied() else {
             return;
         };
@@ -346,7 +459,8 @@ impl Sim<'_> {
         let now = self.now;
         loop {
             let client = &mut self.clients[c as usize];
-            let Some((QueryId(query), pick)) = client.policy.poll_pick(now, &mut client.rng) else {
+            let Some((QueryId(query), pick)) = client.balancer.poll_pick(now, &mut client.rng)
+            else {
                 break;
             };
             match pick {
@@ -357,10 +471,10 @@ impl Sim<'_> {
         }
         loop {
             let client = &mut self.clients[c as usize];
-            let Some(probe) = client.policy.poll_probe(now, &mut client.rng) else {
+            let Some(probe) = client.balancer.poll_probe(now, &mut client.rng) else {
                 break;
             };
-            let timeout = client.policy.probe_timeout();
+            let timeout = client.balancer.probe_timeout();
             let (out, back) = (self.delay(true), self.delay(true));
             let server = probe.replica.0;
             let client = &mut self.clients[c as usize];
@@ -393,7 +507,7 @@ impl Sim<'_> {
     fn arm_timer(&mut self, c: u32) {
         let now = self.now;
         let client = &mut self.clients[c as usize];
-        let Some(want) = client.policy.poll_timeout() else {
+        let Some(want) = client.balancer.poll_timeout() else {
             return;
         };
         // Never schedule in the past, and never spin at one instant.
@@ -410,8 +524,8 @@ impl Sim<'_> {
         if client.timer == Some(now) {
             client.timer = None;
         }
-        if client.policy.poll_timeout().is_some_and(|t| t <= now) {
-            client.policy.handle_timeout(now, &mut client.rng);
+        if client.balancer.poll_timeout().is_some_and(|t| t <= now) {
+            client.balancer.handle_timeout(now, &mut client.rng);
         }
         self.service_client(c);
     }
@@ -440,7 +554,7 @@ impl Sim<'_> {
         }) = client.probes.remove(probe)
         {
             client
-                .policy
+                .balancer
                 .on_probe_reply(&request, &report, now, &mut client.rng);
             self.service_client(c);
         }
@@ -470,7 +584,7 @@ impl Sim<'_> {
         let Some(entry) = client.probes.get(probe) else {
             return;
         };
-        let at = match (refused, client.policy.probe_timeout()) {
+        let at = match (refused, client.balancer.probe_timeout()) {
             (false, Some(timeout)) => (entry.sent + timeout).max(now),
             _ => now + entry.reply_delay,
         };
@@ -486,7 +600,7 @@ impl Sim<'_> {
         let now = self.now;
         let client = &mut self.clients[c as usize];
         if let Some(pending) = client.probes.remove(probe) {
-            client.policy.on_probe_failure(&pending.request, now);
+            client.balancer.on_probe_failure(&pending.request, now);
             self.service_client(c);
         }
     }

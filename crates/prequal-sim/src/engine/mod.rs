@@ -7,7 +7,14 @@
 //! replica's next CPU completion in one indexed heap (`wakes`), served before queued events of
 //! the same instant, so a seed and a scenario always give the same run, event for event.
 //!
-//! The engine drives the whole [`prequal_core::Policy`] contract: replica inserts at time zero;
+//! Every client drives a [`prequal_core::Balancer`], the same the proxy drives: the policy with
+//! outlier ejection, slow start, retry exclusion, the retry budget and hedging around it,
+//! configured by the scenario's balancer keys (`max_attempts`, `[clients.outlier]`, ...; the
+//! proxy's defaults). A query whose try fails with an error is tried again on a replica it has
+//! not tried, while `max_attempts` and the retry budget allow (`client.rs`).
+//!
+//! Through the balancer the engine drives the whole [`prequal_core::Policy`] contract: replica
+//! inserts at time zero;
 //! `pick` (and `poll_pick` for pending decisions); `on_dispatch`; `on_complete` with the
 //! outcome (a query past its deadline completes as `Outcome::Timeout`, and the replica drops
 //! its work); after every client event it drains `poll_probe` and sends the probes over the
@@ -15,8 +22,8 @@
 //! utilisation) or `on_probe_failure` when `probe_timeout` passes first; and it wakes the
 //! policy at `poll_timeout` with `handle_timeout`.
 //!
-//! With hedging on (`[clients.hedge]`, or a contender's `hedge`), each client also owns a
-//! [`prequal_core::Hedger`]: a query's tries share one request, the hedger says when to send
+//! With hedging on (`[clients.hedge]`, or a contender's `hedge`), each client's balancer also
+//! hedges ([`prequal_core::Hedger`]): a query's tries share one request, the hedger says when to send
 //! another try (to a replica the query has not tried), the first success wins and the other
 //! tries are cancelled at their replicas and reported to the policy (`client.rs`). Fault
 //! episodes (`black-hole`, `host-down`, `killed`) act on queries and probes as they reach a
@@ -33,7 +40,7 @@ mod wakes;
 
 use std::time::Duration;
 
-use prequal_core::{HedgeConfig, Hedger, PolicyConfig, ReplicaChange, ReplicaId, Time};
+use prequal_core::{Balancer, BalancerConfig, PolicyConfig, ReplicaId, Time};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use serde::Serialize;
@@ -57,9 +64,9 @@ pub enum SimError {
         /// Why.
         source: prequal_core::ConfigError,
     },
-    /// The hedging config was rejected by the core.
+    /// The balancer's config (retries, ejection, slow start, hedging) was rejected by the core.
     #[error("contender {name}: {source}")]
-    Hedge {
+    Balancer {
         /// The contender's label.
         name: String,
         /// Why.
@@ -81,6 +88,21 @@ pub struct RunOutput {
     /// What hedging did, summed over the clients (absent when the run did not hedge).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hedging: Option<HedgeSummary>,
+    /// What retries and outlier ejection did, summed over the clients (absent when the run
+    /// neither retried nor ejected).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub balancer: Option<BalancerSummary>,
+}
+
+/// Retries and ejections in one run, summed over the clients.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct BalancerSummary {
+    /// Retries sent (a query's tries after a failed one, hedges aside).
+    pub retries: u64,
+    /// Retries the budget refused.
+    pub retries_refused: u64,
+    /// Replicas ejected (one replica ejected twice counts twice).
+    pub ejections: u64,
 }
 
 /// Hedging's cost and benefit in one run, summed over the clients.
@@ -123,6 +145,11 @@ enum Event {
         error: bool,
     },
     Deadline(u32),
+    /// A retried query's deadline (first tries' deadlines wait in the client's `deadlines`).
+    QueryDeadline {
+        client: u32,
+        query: u64,
+    },
     ProbeAtServer {
         client: u32,
         server: u32,
@@ -179,32 +206,33 @@ struct Sim<'a> {
 }
 
 /// Runs `contender` through the scenario with every load level multiplied by `load_factor`,
-/// hedging as `[clients.hedge]` says.
+/// its clients' balancers as `[clients]` says (balancer keys and `[clients.hedge]`).
 pub fn run(
     compiled: &Compiled,
     contender: &PolicyConfig,
     load_factor: f64,
 ) -> Result<RunOutput, SimError> {
-    let hedge = compiled.scenario.clients.hedge.as_ref();
-    run_with_hedge(compiled, contender, hedge, load_factor)
+    let clients = &compiled.scenario.clients;
+    let balancer = clients.balancer_keys().config(clients.hedge.as_ref());
+    run_with(compiled, contender, &balancer, load_factor)
 }
 
-/// Like [`run`], with `hedge` (one [`prequal_core::Hedger`] per client) in place of the
-/// scenario's `[clients.hedge]`; None or `enabled = false` for no hedging.
-pub fn run_with_hedge(
+/// Like [`run`], with every client's balancer configured by `balancer` (hedging when its
+/// `hedge.enabled`) in place of the scenario's `[clients]` keys.
+pub fn run_with(
     compiled: &Compiled,
     contender: &PolicyConfig,
-    hedge: Option<&HedgeConfig>,
+    balancer: &BalancerConfig,
     load_factor: f64,
 ) -> Result<RunOutput, SimError> {
-    let hedge = hedge.filter(|h| h.enabled);
-    let mut sim = Sim::new(compiled, contender, hedge, load_factor)?;
+    let mut sim = Sim::new(compiled, contender, balancer, load_factor)?;
     sim.start();
     sim.drive();
     Ok(RunOutput {
         events: sim.events,
         measured: sim.recorder.finish(),
         hedging: sim.hedge_summary(),
+        balancer: sim.balancer_summary(),
     })
 }
 
@@ -212,7 +240,7 @@ impl<'a> Sim<'a> {
     fn new(
         compiled: &'a Compiled,
         contender: &PolicyConfig,
-        hedge: Option<&HedgeConfig>,
+        config: &BalancerConfig,
         load_factor: f64,
     ) -> Result<Self, SimError> {
         let sc = &compiled.scenario;
@@ -223,17 +251,14 @@ impl<'a> Sim<'a> {
                 name: contender.name().to_string(),
                 source,
             })?;
-            let hedger = match hedge {
-                Some(h) => Some(Hedger::new(h).map_err(|e| SimError::Hedge {
-                    name: contender.name().to_string(),
-                    source: e,
-                })?),
-                None => None,
-            };
+            let balancer = Balancer::new(policy, config).map_err(|source| SimError::Balancer {
+                name: contender.name().to_string(),
+                source,
+            })?;
             clients.push(Client::new(
-                policy,
+                balancer,
                 SmallRng::seed_from_u64(derive_seed(seed, 1, i.into())),
-                hedger,
+                config.hedge.enabled,
             ));
         }
         let servers: Vec<Server> = (0..sc.servers.count)
@@ -306,11 +331,10 @@ impl<'a> Sim<'a> {
     }
 
     fn start(&mut self) {
+        let replicas: Vec<ReplicaId> = (0..self.servers.len() as u32).map(ReplicaId).collect();
         for c in 0..self.clients.len() {
-            for s in 0..self.servers.len() {
-                let change = ReplicaChange::Insert(ReplicaId(s as u32));
-                self.clients[c].policy.on_replica_change(change, Time::ZERO);
-            }
+            // The starting set: no slow start for it.
+            self.clients[c].balancer.set_replicas(&replicas, Time::ZERO);
             self.schedule_arrival(c as u32);
             self.service_client(c as u32);
         }
@@ -343,6 +367,7 @@ impl<'a> Sim<'a> {
                 error,
             } => self.on_response(client, query, error),
             Event::Deadline(c) => self.on_deadlines(c),
+            Event::QueryDeadline { client, query } => self.on_deadline(client, query),
             Event::ProbeAtServer {
                 client,
                 server,
@@ -377,6 +402,17 @@ impl<'a> Sim<'a> {
             sum.extra_pct = (sum.tries_per_query - 1.0) * 100.0;
         }
         Some(sum)
+    }
+
+    /// Retries and ejections summed over the clients; None when there were none.
+    fn balancer_summary(&self) -> Option<BalancerSummary> {
+        let mut sum = BalancerSummary::default();
+        for c in &self.clients {
+            sum.retries += c.counts.retries;
+            sum.retries_refused += c.counts.retries_refused;
+            sum.ejections += c.counts.ejections;
+        }
+        (sum != BalancerSummary::default()).then_some(sum)
     }
 
     /// One-way network delay drawn from `dist` (zero when the scenario sets none).

@@ -1,10 +1,18 @@
-//! Engine-level tests of hedging and of fault episodes.
+//! Engine-level tests of hedging, of fault episodes, and of the balancer's ejection and
+//! retries.
 
 mod hedge_tests {
     use std::path::Path;
 
+    use prequal_core::HedgeConfig;
+
     use super::super::*;
     use crate::scenario::Scenario;
+
+    /// The scenario's balancer, hedging with `hedge`.
+    fn balancer(compiled: &Compiled, hedge: Option<&HedgeConfig>) -> BalancerConfig {
+        compiled.scenario.clients.balancer_keys().config(hedge)
+    }
 
     /// Four replicas at ~20 ms; replica 3 answers in 1 s for the middle second.
     const SCENARIO: &str = r#"
@@ -30,7 +38,8 @@ steps = [{ duration = "3s", level = 400.0 }]
             Scenario::parse(SCENARIO, Path::new("t.toml")).unwrap(),
         ));
         let policy = PolicyConfig::from_name("least-loaded").unwrap();
-        let mut sim = Sim::new(compiled, &policy, hedge, 1.0).unwrap();
+        let config = balancer(compiled, hedge);
+        let mut sim = Sim::new(compiled, &policy, &config, 1.0).unwrap();
         sim.start();
         sim.drive();
         sim
@@ -55,7 +64,7 @@ steps = [{ duration = "3s", level = 400.0 }]
         // client-local RIF is left over, and no query or request is left behind.
         let now = hedged.now;
         for client in &mut hedged.clients {
-            let snapshot = client.policy.snapshot(now);
+            let snapshot = client.balancer.snapshot(now);
             assert!(snapshot.replicas.iter().all(|r| r.local_rif == 0));
             assert!(client.is_idle());
         }
@@ -63,6 +72,7 @@ steps = [{ duration = "3s", level = 400.0 }]
 
     /// Round robin over four replicas: 0 never answers, 1 refuses every query, 2 and 3 are
     /// healthy. A query must never be left waiting on replica 0 because its other try failed.
+    /// Without retries and ejection, so that only hedging replaces a failed try.
     const HUNG_AND_KILLED: &str = r#"
 contenders = ["round-robin"]
 latency_objective = "1s"
@@ -82,6 +92,8 @@ fault = "killed"
 [clients]
 count = 1
 deadline = "3s"
+max_attempts = 1
+outlier_ejection = false
 [load]
 steps = [{ duration = "2s", level = 50.0 }]
 "#;
@@ -97,7 +109,8 @@ steps = [{ duration = "2s", level = 50.0 }]
             ratio: 1.0,
             ..HedgeConfig::default()
         };
-        let mut sim = Sim::new(compiled, &policy, Some(&config), 1.0).unwrap();
+        let config = balancer(compiled, Some(&config));
+        let mut sim = Sim::new(compiled, &policy, &config, 1.0).unwrap();
         sim.start();
         sim.drive();
         let summary = sim.recorder.finish().summary;
@@ -124,7 +137,8 @@ mod fault_tests {
     use crate::scenario::Scenario;
 
     /// Round robin and prequal over four replicas at ~10 ms; replica 3 meets `fault` from 1 s
-    /// to 2 s. Returns each contender's summary and replica 3's queries in seconds 0..4.
+    /// to 2 s. Returns each contender's summary and replica 3's queries in seconds 0..4. The
+    /// faults as the policy meets them: without the balancer's retries and ejection.
     fn run(fault: &str) -> Vec<(Summary, Vec<u64>)> {
         let text = format!(
             r#"
@@ -141,6 +155,8 @@ fault = "{fault}"
 [clients]
 count = 1
 deadline = "1s"
+max_attempts = 1
+outlier_ejection = false
 [load]
 steps = [{{ duration = "4s", level = 400.0 }}]
 "#
@@ -191,5 +207,107 @@ steps = [{{ duration = "4s", level = 400.0 }}]
         assert!((60..=140).contains(&rr.timeouts), "{rr:?}");
         // Its tracker's RIF grows with every query held, so prequal finds it hot.
         assert!(runs[1].0.timeouts < rr.timeouts / 2, "{:?}", runs[1].0);
+    }
+}
+
+mod balancer_tests {
+    use std::path::Path;
+
+    use crate::report::{self, Report};
+    use crate::scenario::Scenario;
+
+    /// Four replicas at ~10 ms, two clients at 400 queries/s for 4 s; from 1 s on, replica 0
+    /// answers every query with an error after 1 ms (a fast-5xx sinkhole). `CONTENDERS` and
+    /// `CLIENT_KEYS` are filled in by each test.
+    const SINKHOLE: &str = r#"
+contenders = CONTENDERS
+latency_objective = "100ms"
+[servers]
+count = 4
+latency = { kind = "normal", mean = "10ms", sd = "1ms" }
+[[servers.episodes]]
+servers = [0]
+start = "1s"
+end = "4s"
+error_rate = 1.0
+error_latency = "1ms"
+[clients]
+count = 2
+CLIENT_KEYS
+[load]
+steps = [{ duration = "4s", level = 400.0 }]
+"#;
+
+    fn run(contenders: &str, client_keys: &str) -> Report {
+        let text = SINKHOLE
+            .replace("CONTENDERS", contenders)
+            .replace("CLIENT_KEYS", client_keys);
+        let compiled = Scenario::parse(&text, Path::new("t.toml")).unwrap();
+        let plans = report::plan(&compiled).unwrap();
+        report::run_all(&compiled, &plans, &|_| {}).unwrap()
+    }
+
+    #[test]
+    fn ejection_keeps_a_sinkhole_from_swallowing_queries() {
+        // Least-loaded sees the sinkhole's fast errors as little load: without ejection it
+        // sends it more than its share. Retries off, so that only ejection acts.
+        let contenders = r#"[{ name = "least-loaded", outlier_ejection = false }, "least-loaded"]"#;
+        let report = run(contenders, "max_attempts = 1");
+        let labels: Vec<&str> = report.runs.iter().map(|r| r.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            ["least-loaded +outlier_ejection=false", "least-loaded"]
+        );
+        let (without, with) = (&report.runs[0].output, &report.runs[1].output);
+        let errors = |o: &crate::engine::RunOutput| o.measured.summary.errors;
+        assert!(errors(without) > 300, "{:?}", without.measured.summary);
+        assert!(without.balancer.is_none());
+        // Each client ejects it after five errors in a row (for 5 s, past the end); queries
+        // already on their way still fail.
+        let summary = with.balancer.unwrap();
+        assert_eq!(summary.ejections, 2, "{summary:?}");
+        assert!(errors(with) < 30, "{:?}", with.measured.summary);
+        assert_eq!(summary.retries, 0);
+    }
+
+    #[test]
+    fn retries_turn_errors_into_successes_within_the_budget() {
+        // Round robin sends the sinkhole a quarter of the queries; each failed try is retried
+        // on another replica while each client's budget (20% of its queries plus 10 a second
+        // over 10 s) lasts. Ejection off, so that only retries act.
+        let contenders = r#"[{ name = "round-robin", max_attempts = 1 }, "round-robin"]"#;
+        let report = run(contenders, "outlier_ejection = false");
+        let (once, retried) = (&report.runs[0].output, &report.runs[1].output);
+        assert_eq!(report.runs[0].label, "round-robin +max_attempts=1");
+        let s = &retried.measured.summary;
+        assert!(once.measured.summary.errors > 250, "{:?}", once.measured);
+        let balancer = retried.balancer.unwrap();
+        assert!(balancer.retries > 250, "{balancer:?}");
+        // Every retry went to a healthy replica: none failed, so no query did.
+        assert_eq!(
+            (s.errors, s.successes),
+            (0, s.queries),
+            "{s:?} {balancer:?}"
+        );
+        // The budget bounds them: 20% of the queries plus 10 per second per client.
+        let bound = 0.2 * s.queries as f64 + 10.0 * 4.0 * 2.0;
+        assert!((balancer.retries as f64) <= bound, "{balancer:?} > {bound}");
+    }
+
+    #[test]
+    fn a_tight_budget_refuses_retries() {
+        let contenders =
+            r#"[{ name = "round-robin", retry_budget = { ratio = 0.0, min_per_second = 1.0 } }]"#;
+        let report = run(contenders, "outlier_ejection = false");
+        assert_eq!(
+            report.runs[0].label,
+            "round-robin +retry_budget (min_per_second=1.0, ratio=0.0)"
+        );
+        let output = &report.runs[0].output;
+        let balancer = output.balancer.unwrap();
+        // One retry per second per client, counted over a 10 s window: at most 20 in all.
+        assert!(balancer.retries <= 20, "{balancer:?}");
+        assert!(balancer.retries_refused > 250, "{balancer:?}");
+        assert_eq!(output.measured.summary.errors, balancer.retries_refused);
     }
 }

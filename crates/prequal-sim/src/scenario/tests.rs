@@ -149,6 +149,55 @@ fn hedging_is_set_per_contender_or_for_all_clients() {
 }
 
 #[test]
+fn balancer_keys_are_set_per_contender_over_the_clients_keys() {
+    let text = BRR
+        .replace(
+            "contenders = [\"round-robin\", \"least-loaded\", \"peak-ewma\", \"prequal\"]",
+            "contenders = [\"prequal\", { name = \"prequal\", max_attempts = 1, \
+             outlier = { base_ejection = \"1s\" } }]",
+        )
+        .replace(
+            "[clients]",
+            "[clients.outlier]\nconsecutive_failures = 3\n[clients]\noutlier_ejection = false",
+        );
+    let c = parse(&text).unwrap();
+    let clients = c.scenario.clients.balancer_keys();
+    assert_eq!(clients.outlier_ejection, Some(false));
+    assert_eq!(clients.outlier.as_ref().unwrap().consecutive_failures, 3);
+    let own = &c.scenario.contenders[1].balancer;
+    assert_eq!(c.scenario.contenders[1].policy.name(), "prequal");
+    assert!(c.scenario.contenders[0].balancer.is_empty());
+    // A contender's key replaces the clients' key of the same name (a table as a whole);
+    // unset keys take the proxy's defaults.
+    let config = own.over(&clients).config(None);
+    assert_eq!((config.max_attempts, config.outlier_ejection), (1, false));
+    assert_eq!(config.outlier.base_ejection, Duration::from_secs(1));
+    assert_eq!(config.outlier.consecutive_failures, 5);
+    assert!(!config.hedge.enabled);
+    assert_eq!(BalancerKeys::default().config(None).max_attempts, 3);
+    assert_eq!(
+        own.label(),
+        " +max_attempts=1 +outlier (base_ejection=\"1s\")"
+    );
+    // Errors name the key where it was set.
+    let bad = text.replace("max_attempts = 1", "max_attempts = 0");
+    let err = parse(&bad).unwrap_err();
+    assert!(err.contains("contenders[1].max_attempts"), "{err}");
+    let bad = text.replace("consecutive_failures = 3", "consecutive_failures = 0");
+    let err = parse(&bad).unwrap_err();
+    assert!(
+        err.contains("clients.outlier.consecutive_failures"),
+        "{err}"
+    );
+    let bad = text.replace("base_ejection", "base_ejectoin");
+    let err = parse(&bad).unwrap_err();
+    assert!(
+        err.contains("base_ejectoin") && err.contains("contenders"),
+        "{err}"
+    );
+}
+
+#[test]
 fn shipped_faults_parses_with_one_hedged_contender() {
     let c = parse(include_str!("../../../../scenarios/faults.toml")).unwrap();
     assert_eq!(c.scenario.servers.count, 10);

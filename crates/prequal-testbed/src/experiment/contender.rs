@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use prequal_core::{HedgeConfig, PolicyConfig};
+use prequal_sim::scenario::BalancerKeys;
 
 use super::ExperimentError;
 
@@ -49,8 +50,9 @@ pub const DEFAULT_TRAEFIK: [&str; 3] = ["wrr", "p2c", "leasttime"];
 /// What balances the load in one run.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Balancer {
-    /// `prequal proxy` instances with this policy, hedging with this config (None: off).
-    Prequal(Box<PolicyConfig>, Option<HedgeConfig>),
+    /// `prequal proxy` instances with this policy, hedging with this config (None: off), and
+    /// these balancer keys (retries, ejection, slow start) in their config.
+    Prequal(Box<PolicyConfig>, Option<HedgeConfig>, Box<BalancerKeys>),
     /// HAProxy instances with this `balance` algorithm.
     Haproxy(String),
     /// nginx instances with this upstream method.
@@ -72,18 +74,28 @@ pub struct Contender {
     pub model: Option<PolicyConfig>,
     /// The hedging the simulator's model runs with (a prequal proxy's own; None for others).
     pub hedge: Option<HedgeConfig>,
+    /// The balancer keys (retries, ejection, slow start) a prequal proxy runs with, and the
+    /// simulator's model: the scenario's for a prequal proxy; for the others, what models
+    /// them (see `peer_keys`; no retries for the load generator's own round robin).
+    pub balancer_keys: BalancerKeys,
 }
 
 impl Contender {
     /// A prequal proxy contender labelled `label`, hedging with `hedge` (None, or
-    /// `enabled = false`: no hedging).
-    pub fn prequal(label: String, policy: PolicyConfig, hedge: Option<HedgeConfig>) -> Contender {
+    /// `enabled = false`: no hedging), with the balancer keys `keys` set in its config.
+    pub fn prequal(
+        label: String,
+        policy: PolicyConfig,
+        hedge: Option<HedgeConfig>,
+        keys: BalancerKeys,
+    ) -> Contender {
         let hedge = hedge.filter(|h| h.enabled);
         Contender {
             label,
             model: Some(policy.clone()),
-            balancer: Balancer::Prequal(Box::new(policy), hedge.clone()),
+            balancer: Balancer::Prequal(Box::new(policy), hedge.clone(), Box::new(keys.clone())),
             hedge,
+            balancer_keys: keys,
         }
     }
 
@@ -100,6 +112,7 @@ impl Contender {
             balancer: Balancer::Haproxy(algorithm.to_string()),
             model: PolicyConfig::from_name(model).ok(),
             hedge: None,
+            balancer_keys: peer_keys(),
         })
     }
 
@@ -111,6 +124,7 @@ impl Contender {
             balancer: Balancer::Nginx(method.to_string()),
             model: PolicyConfig::from_name(model).ok(),
             hedge: None,
+            balancer_keys: peer_keys(),
         })
     }
 
@@ -122,6 +136,7 @@ impl Contender {
             balancer: Balancer::Traefik(strategy.to_string()),
             model: PolicyConfig::from_name(model).ok(),
             hedge: None,
+            balancer_keys: peer_keys(),
         })
     }
 
@@ -132,6 +147,11 @@ impl Contender {
             balancer: Balancer::Direct,
             model: PolicyConfig::from_name("round-robin").ok(),
             hedge: None,
+            balancer_keys: BalancerKeys {
+                max_attempts: Some(1),
+                outlier_ejection: Some(false),
+                ..BalancerKeys::default()
+            },
         }
     }
 
@@ -211,10 +231,10 @@ pub fn command(
     let program = |name: &str| program.map_or_else(|| PathBuf::from(name), Path::to_path_buf);
     Ok(match balancer {
         Balancer::Direct => None,
-        Balancer::Prequal(policy, hedge) => {
+        Balancer::Prequal(policy, hedge, keys) => {
             let path = write(
                 "prequal.toml",
-                prequal_config(policy, hedge.as_ref(), instance, replicas)?,
+                prequal_config(policy, (hedge.as_ref(), keys), instance, replicas)?,
             )?;
             let mut cmd = Command::new(prequal_exe);
             cmd.arg("proxy")
@@ -261,13 +281,24 @@ pub fn command(
     })
 }
 
+/// The balancer keys of a peer's model in the simulator: three attempts, as they are set up
+/// (HAProxy `retries 2`, nginx `proxy_next_upstream_tries 3`, Traefik `attempts: 3`), and no
+/// outlier ejection (nginx's passive `max_fails` is not modelled).
+fn peer_keys() -> BalancerKeys {
+    BalancerKeys {
+        outlier_ejection: Some(false),
+        ..BalancerKeys::default()
+    }
+}
+
 /// A prequal proxy config: one cluster over the replicas with `policy`. Idle keep-alive
 /// connections are kept for every request a slow replica may hold, slow start is off (every
-/// replica is new at once, as for HAProxy and nginx), hedging is `hedge` (off without one),
-/// the rest is the proxy's defaults.
+/// replica is new at once, as for HAProxy and nginx) unless the scenario sets it, hedging is
+/// `hedge` (off without one), the balancer keys the scenario sets (`max_attempts`, `outlier`,
+/// ...) are written as they are, the rest is the proxy's defaults: what the simulator runs.
 fn prequal_config(
     policy: &PolicyConfig,
-    hedge: Option<&HedgeConfig>,
+    (hedge, keys): (Option<&HedgeConfig>, &BalancerKeys),
     instance: &Instance,
     replicas: &[SocketAddr],
 ) -> Result<String, ExperimentError> {
@@ -303,6 +334,11 @@ fn prequal_config(
             message: format!("cannot write the hedge table: {e}"),
         })?;
     cluster.insert("hedge".into(), hedge);
+    let keys = toml::Table::try_from(keys).map_err(|e| ExperimentError::Scenario {
+        key: "contenders".into(),
+        message: format!("cannot write the balancer keys: {e}"),
+    })?;
+    cluster.extend(keys);
     let mut server = toml::Table::new();
     server.insert(
         "listen".into(),
@@ -483,7 +519,8 @@ mod tests {
     #[test]
     fn prequal_config_is_a_valid_proxy_config() {
         let policy = PolicyConfig::from_name("prequal").unwrap();
-        let text = prequal_config(&policy, None, &instance(), &replicas()).unwrap();
+        let keys = BalancerKeys::default();
+        let text = prequal_config(&policy, (None, &keys), &instance(), &replicas()).unwrap();
         let table: toml::Table = toml::from_str(&text).unwrap();
         assert_eq!(
             table["clusters"]["default"]["policy"]["name"].as_str(),
@@ -504,7 +541,13 @@ mod tests {
             delay: Some(std::time::Duration::from_millis(30)),
             ..HedgeConfig::default()
         };
-        let text = prequal_config(&policy, Some(&hedge), &instance(), &replicas()).unwrap();
+        let keys = BalancerKeys {
+            max_attempts: Some(1),
+            outlier_ejection: Some(false),
+            ..BalancerKeys::default()
+        };
+        let text =
+            prequal_config(&policy, (Some(&hedge), &keys), &instance(), &replicas()).unwrap();
         let table: toml::Table = toml::from_str(&text).unwrap();
         let written: HedgeConfig = table["clusters"]["default"]["hedge"]
             .clone()
@@ -514,5 +557,8 @@ mod tests {
         // And the proxy itself accepts the file.
         let config = prequal_proxy::config::ProxyConfig::from_toml(&text, "test").unwrap();
         assert_eq!(config.clusters["default"].hedge, hedge);
+        // The balancer keys the scenario set, too.
+        let cluster = &config.clusters["default"];
+        assert_eq!((cluster.max_attempts, cluster.outlier_ejection), (1, false));
     }
 }

@@ -145,7 +145,12 @@ pub fn plan(compiled: &Compiled, options: &Options) -> Result<Plan, ExperimentEr
         message: e.to_string(),
     })?;
     for run in runs {
-        all.push(Contender::prequal(run.label, run.contender, run.hedge));
+        all.push(Contender::prequal(
+            run.label,
+            run.contender,
+            run.hedge,
+            run.balancer,
+        ));
     }
     let haproxy = ex
         .haproxy
@@ -380,8 +385,8 @@ impl ProxyCounters {
     }
 
     /// The report's hedging line for `queries` queries: hedges sent, won and refused, and
-    /// the tries the proxies sent beyond one per query (hedges and retries alike: the
-    /// simulator does not retry, the proxies do). Tries are counted as sent, `queries +
+    /// the tries the proxies sent beyond one per query (hedges and retries alike; the
+    /// simulator reports its retries apart). Tries are counted as sent, `queries +
     /// retries + hedges`, not from `upstream_tries`, which counts tries by outcome when they
     /// finish and has come out lower (docs/reliability.md).
     pub fn hedge_summary(&self, queries: u64) -> HedgeSummary {
@@ -530,13 +535,10 @@ pub fn run(
                 scenario,
                 ..compiled.clone()
             };
-            // The model hedges exactly when the contender does (never for HAProxy, nginx or Traefik).
-            let output = prequal_sim::engine::run_with_hedge(
-                &adjusted,
-                model,
-                contender.hedge.as_ref(),
-                1.0,
-            )?;
+            // The model hedges exactly when the contender does (never for HAProxy, nginx or Traefik),
+            // and retries and ejects as it does.
+            let config = contender.balancer_keys.config(contender.hedge.as_ref());
+            let output = prequal_sim::engine::run_with(&adjusted, model, &config, 1.0)?;
             result.predicted = Some(Box::new(Prediction {
                 policy: model.name().to_string(),
                 measured: output.measured,
@@ -750,7 +752,7 @@ fn run_one(
         proxy: proxy.clone(),
     };
     let policy = match &contender.balancer {
-        Balancer::Prequal(p, _) => p.name().to_string(),
+        Balancer::Prequal(p, ..) => p.name().to_string(),
         Balancer::Haproxy(a) => format!("haproxy {a}"),
         Balancer::Nginx(m) => format!("nginx {m}"),
         Balancer::Traefik(s) => format!("traefik {s}"),
@@ -765,6 +767,8 @@ fn run_one(
             events: 0,
             measured: load.measured,
             hedging: proxy.map(|p| p.hedge_summary(load.sent)),
+            // Retries are in the hedging line's extra tries; ejections are not scraped.
+            balancer: None,
         },
         predicted: None,
     };

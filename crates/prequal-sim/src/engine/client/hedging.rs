@@ -1,10 +1,9 @@
 //! Hedging, the client side of [`prequal_core::hedge`]: a query's tries share one
-//! [`super::Request`]; the hedger says when another try goes out (to a replica the query has not
-//! tried), the first success wins, and the other tries are cancelled at their replicas and
-//! reported to the policy.
+//! [`super::Request`]; the balancer's hedger says when another try goes out (the balancer sends
+//! it to a replica the query has not tried), the first success wins, and the other tries are
+//! cancelled at their replicas and reported to the policy.
 
 use prequal_core::{Completion, HedgeDecision, Outcome, Pick, Query, QueryId, ReplicaId};
-use rand::Rng as _;
 
 use super::Slot;
 use crate::engine::{Event, Sim};
@@ -13,37 +12,6 @@ use crate::engine::{Event, Sim};
 /// the first response wins, the other tries are cancelled at their replicas and reported to
 /// the policy as [`Outcome::Cancelled`]; an error waits for the other tries still out.
 impl Sim<'_> {
-    /// `replica` for `query`, unless the query already tried it: then another replica it has
-    /// not tried, uniformly at random (as the proxy does), or None when it tried them all.
-    pub(in crate::engine) fn untried(
-        &mut self,
-        c: u32,
-        query: u64,
-        replica: ReplicaId,
-    ) -> Option<ReplicaId> {
-        let count = self.servers.len() as u32;
-        let client = &mut self.clients[c as usize];
-        let (Some(h), Some(key)) = (
-            &client.hedging,
-            client.queries.get(query).and_then(|s| s.request),
-        ) else {
-            return Some(replica);
-        };
-        let tried = &h.requests.get(key)?.tried;
-        if !tried.contains(&replica.0) {
-            return Some(replica);
-        }
-        let left = count.saturating_sub(tried.len() as u32);
-        if left == 0 {
-            return None;
-        }
-        let nth = client.rng.random_range(0..left) as usize;
-        (0..count)
-            .filter(|r| !tried.contains(r))
-            .nth(nth)
-            .map(ReplicaId)
-    }
-
     /// A try of request `key` went to `replica`; returns the deadline key for a first try.
     pub(in crate::engine) fn note_try_sent(
         &mut self,
@@ -52,23 +20,24 @@ impl Sim<'_> {
         replica: ReplicaId,
     ) -> Option<u64> {
         let now = self.now;
-        let h = self.clients[c as usize].hedging.as_mut()?;
+        let client = &mut self.clients[c as usize];
+        let h = client.hedging.as_mut()?;
         let request = h.requests.get_mut(key)?;
-        request.tried.push(replica.0);
+        request.tried.push(replica);
         h.tries += 1;
         if request.first_sent.is_some() {
             return None;
         }
         request.first_sent = Some(now);
-        h.hedger.on_request(now);
+        client.balancer.hedger_mut().on_request(now);
         Some(key)
     }
 
     /// Asks the hedger about request `key`, unless a wake-up for it is already armed.
     pub(in crate::engine) fn arm_hedge(&mut self, c: u32, key: u64) {
         let now = self.now;
-        let replicas = self.servers.len();
-        let Some(h) = self.clients[c as usize].hedging.as_mut() else {
+        let client = &mut self.clients[c as usize];
+        let Some(h) = client.hedging.as_mut() else {
             return;
         };
         let Some(request) = h.requests.get_mut(key) else {
@@ -77,16 +46,19 @@ impl Sim<'_> {
         let Some(first_sent) = request.first_sent else {
             return;
         };
-        if request.hedge_at.is_some() || request.tried.len() >= replicas {
-            // Armed already, or nowhere to go: a hedge only goes to a replica not yet tried,
-            // and one with nowhere to go is neither charged nor counted (as in the proxy).
-            return;
+        if request.hedge_at.is_some() {
+            return; // Armed already.
         }
         // Tries that failed fast were replaced at once and do not count against `max_hedges`.
         let unspent = request.hedges.saturating_sub(request.failed);
-        match h.hedger.poll_hedge(first_sent, unspent, now) {
-            HedgeDecision::Never => {}
-            HedgeDecision::At(at) => {
+        // None: nowhere to go. A hedge only goes to a replica not yet tried, and one with
+        // nowhere to go is neither charged nor counted (as in the proxy).
+        let decision = client
+            .balancer
+            .poll_hedge(first_sent, unspent, &request.tried, now);
+        match decision {
+            None | Some(HedgeDecision::Never) => {}
+            Some(HedgeDecision::At(at)) => {
                 request.hedge_at = Some(at);
                 self.queue.push(
                     at,
@@ -96,7 +68,7 @@ impl Sim<'_> {
                     },
                 );
             }
-            HedgeDecision::Now => {
+            Some(HedgeDecision::Now) => {
                 request.hedges += 1;
                 self.send_hedge(c, key);
             }
@@ -137,6 +109,7 @@ impl Sim<'_> {
             server_slot: None,
             report: None,
             request: Some(key),
+            attempts: 1,
         });
         if let Some(request) = client
             .hedging
@@ -149,7 +122,7 @@ impl Sim<'_> {
             id: QueryId(query),
             hint: None,
         };
-        match client.policy.pick(&q, now, &mut client.rng) {
+        match client.balancer.pick(&q, now, &mut client.rng) {
             Pick::Replica(r) => self.dispatch(c, query, r),
             Pick::Pending => {}
             Pick::NoReplica => self.no_replica(c, query),
@@ -185,9 +158,12 @@ impl Sim<'_> {
                 latency: now.saturating_since(sent),
                 outcome,
             };
-            self.clients[c as usize]
-                .policy
-                .on_complete(ReplicaId(slot.replica), &completion, now);
+            let client = &mut self.clients[c as usize];
+            let ejected =
+                client
+                    .balancer
+                    .on_complete(ReplicaId(slot.replica), &completion, None, now);
+            client.counts.ejections += u64::from(ejected.is_some());
         }
     }
 
@@ -200,7 +176,6 @@ impl Sim<'_> {
         outcome: Outcome,
     ) {
         let now = self.now;
-        let replicas = self.servers.len();
         let client = &mut self.clients[c as usize];
         let Some(slot) = client.queries.remove(query) else {
             return;
@@ -208,19 +183,17 @@ impl Sim<'_> {
         let Some(sent) = slot.dispatched else {
             return;
         };
+        let replica = ReplicaId(slot.replica);
         if let Some(report) = &slot.report {
-            client
-                .policy
-                .on_load_report(ReplicaId(slot.replica), report, now);
+            client.balancer.on_load_report(replica, report, now);
         }
         let completion = Completion {
             query: QueryId(query),
             latency: now.saturating_since(sent),
             outcome,
         };
-        client
-            .policy
-            .on_complete(ReplicaId(slot.replica), &completion, now);
+        let ejected = client.balancer.on_complete(replica, &completion, None, now);
+        client.counts.ejections += u64::from(ejected.is_some());
         let Some(h) = client.hedging.as_mut() else {
             return;
         };
@@ -238,9 +211,13 @@ impl Sim<'_> {
             request.failed += 1;
             let waiting = !request.tries.is_empty();
             let unspent = request.hedges.saturating_sub(request.failed);
-            let room = request.tried.len() < replicas;
-            let hedge_now =
-                room && h.hedger.poll_hedge_on_error(unspent, now) == HedgeDecision::Now;
+            let room = client.balancer.has_untried(&request.tried);
+            let hedge_now = room
+                && client
+                    .balancer
+                    .hedger_mut()
+                    .poll_hedge_on_error(unspent, now)
+                    == HedgeDecision::Now;
             request.hedges += u32::from(hedge_now);
             if hedge_now {
                 self.send_hedge(c, key);
@@ -250,7 +227,8 @@ impl Sim<'_> {
                 return;
             }
         }
-        let Some(h) = self.clients[c as usize].hedging.as_mut() else {
+        let client = &mut self.clients[c as usize];
+        let Some(h) = client.hedging.as_mut() else {
             return;
         };
         let Some(request) = h.requests.remove(key) else {
@@ -259,7 +237,9 @@ impl Sim<'_> {
         if outcome == Outcome::Success {
             // The winning try's own latency: a try stuck on a slow replica is replaced by its
             // hedge's, so the delay stays that of replicas that answer.
-            h.hedger
+            client
+                .balancer
+                .hedger_mut()
                 .on_response(now.saturating_since(sent), query != request.first);
         }
         for &t in &request.tries {
@@ -268,11 +248,9 @@ impl Sim<'_> {
                     dispatched: Some(at),
                     ..
                 }) => self.clients[c as usize]
-                    .hedging
-                    .as_ref()
-                    .map_or(Outcome::Cancelled, |h| {
-                        h.hedger.loser_outcome(now.saturating_since(*at))
-                    }),
+                    .balancer
+                    .hedger()
+                    .loser_outcome(now.saturating_since(*at)),
                 _ => Outcome::Cancelled,
             };
             self.end_try(c, t, outcome, false);
