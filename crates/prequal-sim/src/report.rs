@@ -308,6 +308,10 @@ impl Report {
             out.push('\n');
             out.push_str(&self.hedge_table());
         }
+        if self.runs.iter().any(|r| r.output.balancer.is_some()) {
+            out.push('\n');
+            out.push_str(&self.balancer_table());
+        }
         if self
             .runs
             .first()
@@ -340,6 +344,32 @@ impl Report {
                     h.refused,
                     h.tries_per_query,
                     h.extra_pct
+                );
+            }
+        }
+        out
+    }
+
+    /// What the balancer did beyond picking, per run that retried or ejected: retries sent
+    /// and refused by the budget, and ejections.
+    fn balancer_table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{:<34} {:>5} {:>9} {:>9} {:>9} {:>10}",
+            "retries and ejections", "load", "queries", "retries", "refused", "ejections"
+        );
+        for r in &self.runs {
+            if let Some(b) = &r.output.balancer {
+                let _ = writeln!(
+                    out,
+                    "{:<34} {:>5.2} {:>9} {:>9} {:>9} {:>10}",
+                    label_with_param(r),
+                    r.load,
+                    r.output.measured.summary.queries,
+                    b.retries,
+                    b.retries_refused,
+                    b.ejections
                 );
             }
         }

@@ -268,6 +268,19 @@ steps = [{ duration = "4s", level = 400.0 }]
         assert_eq!(summary.ejections, 2, "{summary:?}");
         assert!(errors(with) < 30, "{:?}", with.measured.summary);
         assert_eq!(summary.retries, 0);
+        // The table says so, for the run that ejected only.
+        let table = report.table();
+        let rows: Vec<&str> = table
+            .lines()
+            .skip_while(|l| !l.starts_with("retries and ejections"))
+            .skip(1)
+            .take_while(|l| !l.is_empty())
+            .collect();
+        assert_eq!(rows.len(), 1, "{table}");
+        assert!(
+            rows[0].starts_with("least-loaded ") && rows[0].ends_with(" 2"),
+            "{table}"
+        );
     }
 
     #[test]
