@@ -65,93 +65,20 @@
 use std::time::Duration;
 
 use rand::{Rng as _, RngCore};
-use serde::{Deserialize, Serialize};
 
-use crate::hedge::{HedgeConfig, HedgeDecision, Hedger};
-use crate::outlier::{Ejection, OutlierConfig, OutlierDetector};
+use crate::hedge::{HedgeDecision, Hedger};
+use crate::outlier::{Ejection, OutlierDetector};
 use crate::policy::{
     Completion, LoadReport, Outcome, Pick, Policy, ProbeRequest, Query, QueryId, Snapshot,
 };
 use crate::replica::{ReplicaChange, ReplicaId, Replicas};
-use crate::retry_budget::{BlockConfigError, RetryBudget, RetryBudgetConfig};
+use crate::retry_budget::{BlockConfigError, RetryBudget};
 use crate::slow_start::SlowStartConfig;
 use crate::time::Time;
 
-/// Everything around the policy, with the proxy's defaults. The keys are the proxy's
-/// `[clusters.NAME]` keys of the same names and a scenario's `[clients]` keys.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct BalancerConfig {
-    /// Tries per request, the first included. Default 3; 1 disables retries.
-    pub max_attempts: u32,
-    /// The retry budget shared by all requests.
-    pub retry_budget: RetryBudgetConfig,
-    /// Whether replicas that keep failing are ejected. Default true.
-    pub outlier_ejection: bool,
-    /// Outlier ejection parameters.
-    pub outlier: OutlierConfig,
-    /// Slow start for replicas that join after the starting set.
-    pub slow_start: SlowStartConfig,
-    /// Hedging (its `enabled` key says whether requests are hedged; default true).
-    pub hedge: HedgeConfig,
-}
+mod config;
 
-impl Default for BalancerConfig {
-    fn default() -> Self {
-        Self {
-            max_attempts: 3,
-            retry_budget: RetryBudgetConfig::default(),
-            outlier_ejection: true,
-            outlier: OutlierConfig::default(),
-            slow_start: SlowStartConfig::default(),
-            hedge: HedgeConfig::default(),
-        }
-    }
-}
-
-impl BalancerConfig {
-    /// Checks every parameter; the error names the block (`balancer` for `max_attempts`).
-    pub fn validate(&self) -> Result<(), BlockConfigError> {
-        if self.max_attempts == 0 {
-            return Err(BlockConfigError::new(
-                "balancer",
-                "max_attempts",
-                "must be at least 1",
-            ));
-        }
-        self.retry_budget.validate()?;
-        self.outlier.validate()?;
-        self.slow_start.validate()?;
-        self.hedge.validate()
-    }
-}
-
-/// Whether [`Balancer::dispatch`] may fall back to a replica the request already tried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Strict {
-    /// Yes, when no other is left (a retry on a one-replica cluster).
-    No,
-    /// Never (a hedge: a second try to the same replica would only double its load).
-    Yes,
-}
-
-/// What [`Balancer::try_retry`] says about a failed try.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RetryDecision {
-    /// Retry: the budget is charged.
-    Retry,
-    /// The request used all of `max_attempts`.
-    NoAttemptsLeft,
-    /// The retry budget refused.
-    OverBudget,
-}
-
-impl RetryDecision {
-    /// True for [`RetryDecision::Retry`].
-    pub fn is_retry(self) -> bool {
-        self == RetryDecision::Retry
-    }
-}
+pub use self::config::{BalancerConfig, RetryDecision, Strict};
 
 /// A replica as the balancer knows it.
 #[derive(Clone, Copy, Debug)]

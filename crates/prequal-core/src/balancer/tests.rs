@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use super::*;
 use crate::PolicyConfig;
+use crate::hedge::HedgeConfig;
+use crate::outlier::OutlierConfig;
+use crate::retry_budget::RetryBudgetConfig;
 use crate::testing::rng;
 
 fn ids(n: u32) -> Vec<ReplicaId> {

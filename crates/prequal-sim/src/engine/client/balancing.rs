@@ -1,0 +1,92 @@
+//! The client side of the core's [`prequal_core::Balancer`] around each try: the dispatch
+//! decision (exclusion of the replicas a query tried, ejection, slow start), settling a try
+//! (which may eject its replica), and retries of failed queries within the budget.
+
+use prequal_core::{Completion, Pick, Query, QueryId, ReplicaId, RetryDecision, Strict};
+
+use super::Slot;
+use crate::engine::{Event, Sim};
+
+impl Sim<'_> {
+    /// The balancer's decision for `query` on `pick`: the replicas its query tried are excluded
+    /// (for a hedge strictly, for a retry unless none other is left), ejected ones replaced,
+    /// ramping ones passed over by chance; the policy hears of the dispatch.
+    pub(super) fn commit(&mut self, c: u32, query: u64, pick: Pick) -> Option<ReplicaId> {
+        let client = &mut self.clients[c as usize];
+        let slot = client.queries.get(query)?;
+        let tried: (&[ReplicaId], Strict) = match (slot.request, &client.hedging) {
+            (Some(key), Some(h)) => (h.requests.get(key).map_or(&[], |r| &r.tried), Strict::Yes),
+            _ if slot.attempts > 1 => (client.retried.get(&query).map_or(&[], |t| t), Strict::No),
+            _ => (&[], Strict::No),
+        };
+        let (now, rng) = (self.now, &mut client.rng);
+        client
+            .balancer
+            .dispatch(pick, QueryId(query), tried, now, rng)
+    }
+
+    /// Tells the balancer that a try of `query` to `replica` ended; counts an ejection.
+    pub(super) fn settle(&mut self, c: u32, replica: u32, completion: &Completion) {
+        let client = &mut self.clients[c as usize];
+        let replica = ReplicaId(replica);
+        if let Some(report) = client
+            .queries
+            .get(completion.query.0)
+            .and_then(|s| s.report)
+        {
+            client.balancer.on_load_report(replica, &report, self.now);
+        }
+        let ejected = client
+            .balancer
+            .on_complete(replica, completion, None, self.now);
+        client.counts.ejections += u64::from(ejected.is_some());
+    }
+
+    /// Tries the query whose try `query` (`slot`) failed again, if the balancer admits it: a
+    /// new try (under a new key, so no event of the old one can reach it) with the query's
+    /// issue time and deadline, to a replica the query has not tried. True if it did.
+    pub(super) fn retry(&mut self, c: u32, query: u64, slot: Slot) -> bool {
+        let now = self.now;
+        let client = &mut self.clients[c as usize];
+        match client.balancer.try_retry(slot.attempts, now) {
+            RetryDecision::Retry => client.counts.retries += 1,
+            RetryDecision::OverBudget => {
+                client.counts.retries_refused += 1;
+                return false;
+            }
+            RetryDecision::NoAttemptsLeft => return false,
+        }
+        client.queries.remove(query);
+        let mut tried = client.retried.remove(&query).unwrap_or_default();
+        tried.push(ReplicaId(slot.replica));
+        let next = client.queries.insert(Slot {
+            dispatched: None,
+            server_slot: None,
+            report: None,
+            attempts: slot.attempts + 1,
+            ..slot
+        });
+        client.retried.insert(next, tried);
+        // The first try's deadline entry names the old key; the retry gets its own, at the
+        // same time.
+        if let Some(deadline) = self.compiled.scenario.clients.deadline {
+            let event = Event::QueryDeadline {
+                client: c,
+                query: next,
+            };
+            self.queue.push(slot.issued + deadline, event);
+        }
+        let client = &mut self.clients[c as usize];
+        let q = Query {
+            id: QueryId(next),
+            hint: None,
+        };
+        match client.balancer.pick(&q, now, &mut client.rng) {
+            Pick::Replica(r) => self.dispatch(c, next, r),
+            Pick::Pending => {}
+            Pick::NoReplica => self.no_replica(c, next),
+        }
+        self.service_client(c);
+        true
+    }
+}
