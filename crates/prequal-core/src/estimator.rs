@@ -351,6 +351,15 @@ impl LatencyEstimator {
         estimate.map(|e| (Duration::from_nanos(e.median), Duration::from_nanos(e.max)))
     }
 
+    /// When the estimate goes (or went) stale: `max_age` after the newest sample.
+    pub fn stale_since(&self) -> Time {
+        Time::from_nanos(
+            self.newest
+                .newest_at()
+                .saturating_add(duration_nanos(self.config.max_age)),
+        )
+    }
+
     /// How much an idle replica's stale estimate still counts at `now`: 1 while the newest
     /// sample is at most `max_age` old, then halving every `stale_half_life` (always 1 when
     /// that is zero).
@@ -682,9 +691,21 @@ pub struct LoadTracker {
     /// The latest arrival time among the queries that have finished: a query in flight that
     /// arrived before it has been overtaken (see [`LoadTracker::stalled_for`]).
     last_finished_arrival: Option<Time>,
+    /// A stall that abandoned queries proved: the arrival of the oldest abandoned query that no
+    /// later query has overtaken, and when the latest such query was abandoned (see
+    /// [`LoadTracker::stalled_for`]).
+    abandoned_stall: Option<AbandonedStall>,
     /// The first event seen, so rates early in a replica's life are not diluted by a window
     /// that reaches back before it started.
     first_seen: Option<Time>,
+}
+
+/// A stall seen through abandoned queries: nothing that arrived at or after `since` has
+/// finished, and the latest of those queries was abandoned at `last_abandon`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct AbandonedStall {
+    since: Time,
+    last_abandon: Time,
 }
 
 impl LoadTracker {
@@ -697,6 +718,7 @@ impl LoadTracker {
             errors: WindowedCounter::new(config.rate_window),
             in_flight: InFlightAges::default(),
             last_finished_arrival: None,
+            abandoned_stall: None,
             first_seen: None,
         }
     }
@@ -723,6 +745,13 @@ impl LoadTracker {
         self.rif = self.rif.saturating_sub(1);
         self.in_flight.leave(arrival.at);
         self.last_finished_arrival = self.last_finished_arrival.max(Some(arrival.at));
+        if self
+            .abandoned_stall
+            .is_some_and(|stall| arrival.at >= stall.since)
+        {
+            // A query that arrived after the stall began has finished: it is over.
+            self.abandoned_stall = None;
+        }
         if outcome != Outcome::Error {
             let latency = now.saturating_since(arrival.at);
             self.estimator.record(arrival.rif, latency, now);
@@ -743,12 +772,40 @@ impl LoadTracker {
     /// longer sees them. A bound below the estimate says nothing against it and is dropped, so
     /// clients that give up early (or hedges cancelled on a healthy replica) never make the
     /// estimate look faster than it is.
+    ///
+    /// An abandoned query that no later query has overtaken also keeps the stall it was part
+    /// of in view: see [`LoadTracker::stalled_for`].
     pub fn on_abandon(&mut self, arrival: Arrival, now: Time) {
         self.rif = self.rif.saturating_sub(1);
         self.in_flight.leave(arrival.at);
-        let waited = now.saturating_since(arrival.at);
-        let believed = self.estimator.estimate(arrival.rif, now);
-        if believed.is_none_or(|latency| waited > latency) {
+        let believed = self.estimator.estimate_with_max(arrival.rif, now);
+        let mut waited = now.saturating_since(arrival.at);
+        let overtaken = self
+            .last_finished_arrival
+            .is_some_and(|last| arrival.at <= last);
+        let max_age = self.estimator.config.max_age;
+        let ongoing = self
+            .abandoned_stall
+            .filter(|stall| now.saturating_since(stall.last_abandon) <= max_age);
+        if !overtaken {
+            // A query that waited longer than any recent query took, with no later query
+            // finished, shows a stall that began no later than it arrived; any query of an
+            // ongoing stall that no later query overtook extends it.
+            let since = match ongoing {
+                Some(stall) => Some(stall.since.min(arrival.at)),
+                None if believed.is_none_or(|(_, max)| waited > max) => Some(arrival.at),
+                None => None,
+            };
+            if let Some(since) = since {
+                self.abandoned_stall = Some(AbandonedStall {
+                    since,
+                    last_abandon: now,
+                });
+                // Nothing that arrived since the stall began has finished: that is the bound.
+                waited = now.saturating_since(since);
+            }
+        }
+        if believed.is_none_or(|(median, _)| waited > median) {
             self.estimator.record(arrival.rif, waited, now);
         }
     }
@@ -772,10 +829,39 @@ impl LoadTracker {
     /// moment the stall began. A single long query on a healthy replica (a hung handler, a
     /// streamed response held open for minutes) is soon overtaken by later ones that finish,
     /// so it does not count: it says nothing about how long a query arriving now will take.
+    ///
     pub fn stalled_for(&self, now: Time) -> Option<Duration> {
         self.in_flight
             .oldest_age_since(self.last_finished_arrival, now)
             .map(Duration::from_nanos)
+    }
+
+    /// How long abandoned queries prove the replica stalled at `now`: since the arrival of the
+    /// oldest abandoned query that no later query has overtaken. When clients cancel what a
+    /// stalled replica holds (hedges that won elsewhere, clients out of patience), its queries
+    /// in flight stay young and [`LoadTracker::stalled_for`] sees little, yet nothing that
+    /// arrived since the first of them has finished. While queries are in flight the evidence
+    /// runs to `now`; once none is, it ends at the last abandon, and it is forgotten `max_age`
+    /// after that, so a replica that clients left alone is judged afresh by its next queries.
+    pub fn abandoned_stall_for(&self, now: Time) -> Option<Duration> {
+        let stall = self.abandoned_stall?;
+        if self.stalled_for(now).is_some() {
+            Some(now.saturating_since(stall.since))
+        } else if now.saturating_since(stall.last_abandon) <= self.estimator.config.max_age {
+            Some(stall.last_abandon.saturating_since(stall.since))
+        } else {
+            None
+        }
+    }
+
+    /// Whether a query sent to the replica after its estimate went stale is still in flight.
+    fn on_trial(&self, now: Time) -> bool {
+        let stale_since = self.estimator.stale_since();
+        now > stale_since
+            && self
+                .in_flight
+                .oldest_age_since(Some(stale_since), now)
+                .is_some()
     }
 
     /// The latency estimator, for inspection.
@@ -821,7 +907,11 @@ impl LoadTracker {
         // An idle replica's stale estimate fades. Queries in flight do not stop the fade: the
         // first queries that reach a shunned replica must not restore its stale latency before
         // any of them has finished, or it could be tried only one query at a time.
-        let factor = self.estimator.stale_factor(now);
+        let factor = if self.on_trial(now) {
+            1.0
+        } else {
+            self.estimator.stale_factor(now)
+        };
         let mut latency = if factor < 1.0 {
             median.mul_f64(factor)
         } else {
@@ -832,6 +922,11 @@ impl LoadTracker {
             // see yet: the report grows by as much as that query outlasts them.
             let stalled_for = self.stalled_for(now).unwrap_or_default();
             latency = latency.saturating_add(stalled_for.saturating_sub(max));
+            // Nothing that arrived since the abandoned stall began has finished: a query
+            // arriving now takes at least as long as that.
+            if let Some(stall) = self.abandoned_stall_for(now) {
+                latency = latency.max(stall);
+            }
         }
         LoadReport {
             rif,

@@ -537,19 +537,64 @@ fn a_stall_raises_the_report_before_its_first_query_finishes() {
     }
     assert_eq!(tracker.rif(), 0);
     assert_eq!(tracker.stalled_for(now), None);
-    // Their clients gave up, but how long they waited (120 to 300 ms) stays as evidence at the
-    // RIF each arrived at: at RIF 0 the many fresh steady samples still hold the median, at
-    // the RIFs the stall built up nothing but the waits is known.
-    assert!(tracker.report(now).latency <= ms(15));
-    let piled_up = tracker.report_at_rif(8, now).latency;
-    assert!(piled_up >= ms(120), "{piled_up:?}");
-    // Once the replica answers quickly again, fresh samples take over.
+    // Their clients gave up, but nothing that arrived since 1000 ms has finished: the stall
+    // they proved (300 ms) stays the floor of the report although nothing is in flight.
+    assert_eq!(tracker.abandoned_stall_for(now), Some(ms(300)));
+    assert_eq!(tracker.report(now).latency, ms(300));
+    // Once the replica answers quickly again, the stall is over and fresh samples take over.
     for i in 0..32 {
         let t = Time::from_millis(1_300 + i);
         let arrival = tracker.on_arrival(t);
         tracker.on_finish(arrival, Outcome::Success, t + ms(10));
     }
+    assert_eq!(tracker.abandoned_stall_for(Time::from_millis(1_341)), None);
     assert_eq!(tracker.report(Time::from_millis(1_341)).latency, ms(10));
+}
+
+#[test]
+fn a_stall_whose_queries_are_all_cancelled_still_shows() {
+    // Hedges that win elsewhere cancel every query a stalled replica holds about 35 ms after it
+    // arrived, so none is ever old in flight; yet nothing that arrives finishes.
+    let mut tracker = steady(EstimatorConfig::default());
+    let start = Time::from_millis(1_000);
+    let mut held = std::collections::VecDeque::new();
+    for i in 0..40 {
+        let t = start + ms(5 * i);
+        held.push_back(tracker.on_arrival(t));
+        while held
+            .front()
+            .is_some_and(|a: &Arrival| t.saturating_since(a.at) >= ms(35))
+        {
+            let arrival = held.pop_front().unwrap();
+            tracker.on_abandon(arrival, t);
+        }
+    }
+    let now = start + ms(195);
+    // The oldest query in flight is young, but the stall dates from the first arrival.
+    assert!(tracker.stalled_for(now) <= Some(ms(35)));
+    assert_eq!(tracker.abandoned_stall_for(now), Some(ms(195)));
+    assert!(tracker.report(now).latency >= ms(195));
+    // Once nothing is in flight the evidence ends at the last abandon...
+    for arrival in held.drain(..) {
+        tracker.on_abandon(arrival, now);
+    }
+    assert_eq!(tracker.abandoned_stall_for(now + ms(500)), Some(ms(195)));
+    // ...and is forgotten max_age (1 s) after it.
+    assert_eq!(tracker.abandoned_stall_for(now + ms(1_001)), None);
+}
+
+#[test]
+fn early_give_ups_on_a_healthy_replica_prove_no_stall() {
+    let mut tracker = steady(EstimatorConfig::default());
+    let now = Time::from_millis(1_000);
+    // A client gives up after 3 ms; later queries go on finishing in 5 to 15 ms.
+    let early = tracker.on_arrival(now);
+    let next = tracker.on_arrival(now + ms(1));
+    tracker.on_abandon(early, now + ms(3));
+    assert_eq!(tracker.report(now + ms(10)).latency, ms(10));
+    tracker.on_finish(next, Outcome::Success, now + ms(11));
+    assert_eq!(tracker.abandoned_stall_for(now + ms(12)), None);
+    assert_eq!(tracker.report(now + ms(12)).latency, ms(10));
 }
 
 #[test]
@@ -573,8 +618,13 @@ fn abandoned_waits_count_only_as_evidence_of_slowness() {
         tracker.on_abandon(*arrival, arrival.at + ms(900));
     }
     assert_eq!(tracker.rif(), 0);
+    // Each query waited 900 ms, and nothing that arrived from 1000 ms on had finished by the
+    // last give-up at 2850 ms: the report is that stall, not the patience of one client.
     let report = tracker.report(Time::from_millis(2_850)).latency;
-    assert_eq!(report, ms(900));
+    assert_eq!(report, ms(1_850));
+    // A second later the stall is forgotten; the waits recorded as samples remain.
+    let report = tracker.report(Time::from_millis(3_851)).latency;
+    assert!(report >= ms(900), "{report:?}");
 }
 
 #[test]
@@ -615,10 +665,10 @@ fn an_idle_replica_stale_estimate_halves_every_half_life() {
     assert_eq!(tracker.report(Time::from_millis(11_995)).latency, ms(5));
     let later = Time::from_millis(21_995);
     assert_eq!(tracker.report(later).latency, Duration::from_micros(2_500));
-    // The first query to reach the shunned replica does not restore the stale estimate before
-    // it finishes, or the replica could only ever be tried one query at a time.
+    // The first query to reach the shunned replica is its trial: until it finishes the report
+    // is the estimate from before the fade, so the replica is not flooded on a guess.
     let arrival = tracker.on_arrival(later);
-    assert_eq!(tracker.report(later).latency, Duration::from_micros(2_500));
+    assert_eq!(tracker.report(later).latency, ms(10));
     // Its finish makes the replica fresh again: no decay, and the samples from before the
     // 21 s gap in its traffic no longer count, so the new one alone decides.
     tracker.on_finish(arrival, Outcome::Success, later + ms(5));
