@@ -25,12 +25,16 @@
 //! it served after the gap, not by those before it); and once the replica has had no fresh
 //! sample at all, that stale estimate halves every [`EstimatorConfig::stale_half_life`]
 //! (default 10 s), so a replica that clients shun for being slow is tried again eventually
-//! instead of never.
+//! instead of never. The first query it then gets is a trial: until it finishes, the report
+//! is the estimate from before the fade.
 //!
 //! Queries whose clients went away before the answer ([`LoadTracker::on_abandon`]) leave their
 //! wait as a sample when it is longer than the estimate: it is a lower bound on their latency,
 //! and without it a replica too slow for its clients' patience would have no slow samples at
-//! all and report the speed of its last queries that did finish.
+//! all and report the speed of its last queries that did finish. They also keep a stall in view
+//! that cancellations would hide ([`LoadTracker::abandoned_stall_for`]): once one of them had
+//! waited longer than every recent query and none that arrived later has finished, nothing
+//! since its arrival has, and the report is at least that long.
 //!
 //! Two signals go beyond the paper's median, each with a key to turn it off. The stale decay
 //! above is one. The other is the **in-flight floor** ([`EstimatorConfig::in_flight_floor`]):
@@ -693,7 +697,7 @@ pub struct LoadTracker {
     last_finished_arrival: Option<Time>,
     /// A stall that abandoned queries proved: the arrival of the oldest abandoned query that no
     /// later query has overtaken, and when the latest such query was abandoned (see
-    /// [`LoadTracker::stalled_for`]).
+    /// [`LoadTracker::abandoned_stall_for`]).
     abandoned_stall: Option<AbandonedStall>,
     /// The first event seen, so rates early in a replica's life are not diluted by a window
     /// that reaches back before it started.
@@ -774,7 +778,8 @@ impl LoadTracker {
     /// estimate look faster than it is.
     ///
     /// An abandoned query that no later query has overtaken also keeps the stall it was part
-    /// of in view: see [`LoadTracker::stalled_for`].
+    /// of in view, and then leaves the stall's length as its sample: see
+    /// [`LoadTracker::abandoned_stall_for`].
     pub fn on_abandon(&mut self, arrival: Arrival, now: Time) {
         self.rif = self.rif.saturating_sub(1);
         self.in_flight.leave(arrival.at);
@@ -829,7 +834,6 @@ impl LoadTracker {
     /// moment the stall began. A single long query on a healthy replica (a hung handler, a
     /// streamed response held open for minutes) is soon overtaken by later ones that finish,
     /// so it does not count: it says nothing about how long a query arriving now will take.
-    ///
     pub fn stalled_for(&self, now: Time) -> Option<Duration> {
         self.in_flight
             .oldest_age_since(self.last_finished_arrival, now)
@@ -837,7 +841,9 @@ impl LoadTracker {
     }
 
     /// How long abandoned queries prove the replica stalled at `now`: since the arrival of the
-    /// oldest abandoned query that no later query has overtaken. When clients cancel what a
+    /// oldest abandoned query that no later query has overtaken, once one of them had waited
+    /// longer than every recent sample (an early give-up on a healthy replica starts nothing;
+    /// later abandons of an ongoing stall extend it whatever their wait). When clients cancel what a
     /// stalled replica holds (hedges that won elsewhere, clients out of patience), its queries
     /// in flight stay young and [`LoadTracker::stalled_for`] sees little, yet nothing that
     /// arrived since the first of them has finished. While queries are in flight the evidence
@@ -904,9 +910,9 @@ impl LoadTracker {
             .estimator
             .estimate_with_max(rif, now)
             .unwrap_or_default();
-        // An idle replica's stale estimate fades. Queries in flight do not stop the fade: the
-        // first queries that reach a shunned replica must not restore its stale latency before
-        // any of them has finished, or it could be tried only one query at a time.
+        // An idle replica's stale estimate fades, except while its trial query is in flight:
+        // the fade invites one query, not as many as its decayed latency and empty queue would
+        // draw before any of them has finished.
         let factor = if self.on_trial(now) {
             1.0
         } else {
