@@ -88,6 +88,9 @@ struct Member {
     initial: bool,
     /// False while outlier ejection keeps it out of the policy.
     in_policy: bool,
+    /// Its usual successful try, in nanoseconds (0 before the first): a moving average with
+    /// weight 1/8 on each new success.
+    usual_nanos: u64,
 }
 
 /// A policy with outlier ejection, slow start, retry exclusion, the retry budget and hedging
@@ -158,6 +161,7 @@ impl Balancer {
                 added_at: now,
                 initial,
                 in_policy: true,
+                usual_nanos: 0,
             };
             if self.members.insert(id, member) {
                 self.policy
@@ -335,6 +339,15 @@ impl Balancer {
         now: Time,
     ) -> Option<Ejection> {
         self.policy.on_complete(replica, completion, now);
+        if completion.outcome == Outcome::Success
+            && let Some(member) = self.members.get_mut(replica)
+        {
+            let latency = u64::try_from(completion.latency.as_nanos()).unwrap_or(u64::MAX);
+            member.usual_nanos = match member.usual_nanos {
+                0 => latency.max(1),
+                usual => (usual - usual / 8).saturating_add(latency / 8).max(1),
+            };
+        }
         if let Some(report) = report {
             self.policy.on_load_report(replica, report, now);
         }
@@ -360,6 +373,25 @@ impl Balancer {
         self.returns_at = Some(self.returns_at.map_or(until, |t| t.min(until)));
         tracing::trace!(%replica, reason = %ejection.reason, ?ejection.duration, "ejected");
         Some(ejection)
+    }
+
+    /// How to report a try to `replica` abandoned `age` after it was sent without an answer
+    /// (it lost to its hedge, or its client left): [`Hedger::loser_outcome`] (a timeout once it
+    /// outlived the hedge delay, else cancelled), but cancelled while `age` is under twice the
+    /// replica's own usual successful try. The hedge delay is the whole cluster's p95; in a
+    /// cluster of unequal replicas a slower one's normal answers outlast it, and counting
+    /// those as timeouts would make error aversion and ejection drive healthy capacity out.
+    /// A replica that stalls (its usual time learned before the stall) still outlives twice
+    /// that, and counts.
+    pub fn loser_outcome(&self, replica: ReplicaId, age: Duration) -> Outcome {
+        let outcome = self.hedger.loser_outcome(age);
+        let usual = self.members.get(replica).map_or(0, |m| m.usual_nanos);
+        let age = u64::try_from(age.as_nanos()).unwrap_or(u64::MAX);
+        if outcome == Outcome::Timeout && age < usual.saturating_mul(2) {
+            Outcome::Cancelled
+        } else {
+            outcome
+        }
     }
 
     /// A replica reported its load without being probed (piggybacked on a response).

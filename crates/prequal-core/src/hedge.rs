@@ -341,7 +341,8 @@ impl Hedger {
     /// replica failed to answer in time; reported as merely cancelled it would leave no trace
     /// (a replica's own tracker drops abandoned work too), and a replica that hangs would keep
     /// looking idle and fast. A hedge that lost to a first try answering a little late is
-    /// young, and no fault of its replica. Pure.
+    /// young, and no fault of its replica. Pure. [`crate::Balancer::loser_outcome`] adds the
+    /// replica's own usual time to this rule.
     pub fn loser_outcome(&self, age: Duration) -> Outcome {
         match self.delay() {
             Some(delay) if age >= delay => Outcome::Timeout,

@@ -252,7 +252,10 @@ mod tests {
         // Their clients gave up, but nothing that arrived since 300 ms has finished: the stall
         // they proved stays the report's floor for max_age (1 s) after the last give-up.
         let report = tracker.report_at(Time::from_millis(700));
-        assert_eq!((report.rif, report.latency), (0, Duration::from_millis(400)));
+        assert_eq!(
+            (report.rif, report.latency),
+            (0, Duration::from_millis(400))
+        );
         // Then it is forgotten, and the twenty 2 ms samples, stale by now, fade from 2 ms.
         let report = tracker.report_at(Time::from_millis(1_701));
         assert!(report.latency <= Duration::from_millis(2), "{report:?}");

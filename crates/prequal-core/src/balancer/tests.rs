@@ -249,3 +249,38 @@ fn bad_config_names_its_key() {
     assert_eq!(parsed.outlier.base_ejection, Duration::from_secs(1));
     assert!(parsed.outlier_ejection);
 }
+
+#[test]
+fn a_loser_counts_against_its_replica_only_past_twice_its_usual_time() {
+    let config = BalancerConfig {
+        hedge: HedgeConfig {
+            delay: Some(Duration::from_millis(50)),
+            ..HedgeConfig::default()
+        },
+        ..BalancerConfig::default()
+    };
+    let mut b = balancer("round-robin", &config, 2);
+    let (fast, slow) = (ReplicaId(0), ReplicaId(1));
+    // The fast replica usually answers in 20 ms, the slow one (healthy, a slower machine) in
+    // 80 ms: both beyond or near the cluster's hedge delay of 50 ms.
+    for (replica, ms) in [(fast, 20), (slow, 80)] {
+        let completion = Completion {
+            query: QueryId(1),
+            latency: Duration::from_millis(ms),
+            outcome: Outcome::Success,
+        };
+        b.on_complete(replica, &completion, None, Time::ZERO);
+    }
+    let ms = Duration::from_millis;
+    // Younger than the delay: cancelled, whoever held it.
+    assert_eq!(b.loser_outcome(fast, ms(30)), Outcome::Cancelled);
+    // Past the delay and past twice its usual 20 ms: the fast replica failed to answer.
+    assert_eq!(b.loser_outcome(fast, ms(60)), Outcome::Timeout);
+    // The slow replica's normal answers outlast the delay: not held against it...
+    assert_eq!(b.loser_outcome(slow, ms(120)), Outcome::Cancelled);
+    // ...until it outlives twice its own usual time.
+    assert_eq!(b.loser_outcome(slow, ms(170)), Outcome::Timeout);
+    // A replica with no success yet is judged by the delay alone.
+    let fresh = balancer("round-robin", &config, 1);
+    assert_eq!(fresh.loser_outcome(fast, ms(60)), Outcome::Timeout);
+}

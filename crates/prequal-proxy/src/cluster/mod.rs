@@ -387,7 +387,8 @@ impl Cluster {
     /// feeds the policy (error aversion sees 5xx and timeouts as failures) and outlier
     /// ejection, which may take the replica out of the policy. A try cancelled before its
     /// response head (the client left, or another try answered first) counts as a timeout once
-    /// it has outlived the hedge delay, the learned p95 of the time to a successful response
+    /// it has outlived the hedge delay and twice the replica's usual successful try (see
+    /// prequal-core's `Balancer::loser_outcome`), the delay being the learned p95 of the time to a successful response
     /// head (as in the simulator, see prequal-core's `Hedger::loser_outcome`; learned whether
     /// or not hedging is on); one abandoned sooner, or while its body streamed, counts for
     /// nothing but the policy's in-flight count.
@@ -406,8 +407,9 @@ impl Cluster {
             member.metrics.tried(outcome);
         }
         let outcome = match (outcome, answered) {
-            // Abandoned before the replica answered: a timeout once it outlived the delay.
-            (Outcome::Cancelled, None) => core.balancer.hedger().loser_outcome(latency),
+            // Abandoned before the replica answered: a timeout once it outlived the delay (and
+            // twice the replica's usual time).
+            (Outcome::Cancelled, None) => core.balancer.loser_outcome(replica, latency),
             // The hedger learns the time to the response head, what a hedge races.
             (Outcome::Success, Some(head)) => {
                 core.balancer.hedger_mut().on_response(head, false);

@@ -246,11 +246,11 @@ impl Sim<'_> {
             let outcome = match self.clients[c as usize].queries.get(t) {
                 Some(Slot {
                     dispatched: Some(at),
+                    replica,
                     ..
                 }) => self.clients[c as usize]
                     .balancer
-                    .hedger()
-                    .loser_outcome(now.saturating_since(*at)),
+                    .loser_outcome(ReplicaId(*replica), now.saturating_since(*at)),
                 _ => Outcome::Cancelled,
             };
             self.end_try(c, t, outcome, false);
