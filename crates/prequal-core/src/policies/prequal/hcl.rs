@@ -216,17 +216,13 @@ pub fn hcl_rank(
 
 /// [`hcl_rank`] as one integer, ordered the same way: the hot flag in the top bit, then the
 /// main signal and the other one below it (latency as whole nanoseconds, 64 bits; RIF, 32).
-/// Exact where the rank's float latency is (below 2^53 ns, about 104 days); beyond, the key
-/// still tells latencies apart where the float rounds them together.
-pub fn hcl_key(
-    threshold: Threshold,
-    ceiling: Option<Duration>,
-    rif: u32,
-    latency: Duration,
-) -> u128 {
+/// Takes the latency and the band's ceiling in nanoseconds ([`duration_nanos`]), which pool
+/// entries hold ready. Exact where the rank's float latency is (below 2^53 ns, about 104
+/// days); beyond, the key still tells latencies apart where the float rounds them together.
+pub fn hcl_key(threshold: Threshold, ceiling_ns: Option<u64>, rif: u32, latency_ns: u64) -> u128 {
     let hot = threshold.is_hot(rif);
-    let in_band = !hot && ceiling.is_some_and(|c| latency <= c);
-    let latency = u128::from(duration_nanos(latency));
+    let in_band = !hot && ceiling_ns.is_some_and(|c| latency_ns <= c);
+    let latency = u128::from(latency_ns);
     let rif = u128::from(rif);
     if hot {
         1 << 127 | rif << 64 | latency
@@ -244,6 +240,8 @@ pub struct HclContext {
     pub threshold: Threshold,
     /// The top of the latency band: cold replies at or below it rank by RIF (None: no band).
     pub ceiling: Option<Duration>,
+    /// The same in whole nanoseconds, for [`hcl_key`].
+    pub ceiling_ns: Option<u64>,
 }
 
 /// The HCL selection rule for the async engine.
@@ -272,6 +270,7 @@ impl Hcl {
 impl Rule for Hcl {
     type Context = HclContext;
     const NAME: &'static str = "prequal";
+    const READS_LOAD: bool = false;
 
     fn on_reply(&mut self, _replica: ReplicaId, report: &LoadReport, _now: Time) {
         self.history.push(report.rif);
@@ -281,6 +280,7 @@ impl Rule for Hcl {
         HclContext {
             threshold: self.history.threshold(self.q_rif),
             ceiling: None,
+            ceiling_ns: None,
         }
     }
 
@@ -302,13 +302,16 @@ impl Rule for Hcl {
         let ceiling = if band > 0.0 {
             pool.iter()
                 .filter(|e| !threshold.is_hot(e.rif))
-                .map(|e| e.latency)
-                .min()
-                .map(|fastest| fastest.mul_f64(1.0 + band))
+                .min_by_key(|e| e.latency_ns)
+                .map(|fastest| fastest.latency.mul_f64(1.0 + band))
         } else {
             None
         };
-        HclContext { threshold, ceiling }
+        HclContext {
+            threshold,
+            ceiling,
+            ceiling_ns: ceiling.map(duration_nanos),
+        }
     }
 
     fn rank(&self, cx: &HclContext, entry: &Entry, _load: &ReplicaLoad) -> Rank {
@@ -318,7 +321,7 @@ impl Rule for Hcl {
     type Key = u128;
 
     fn key(&self, cx: &HclContext, entry: &Entry, _load: &ReplicaLoad) -> u128 {
-        hcl_key(cx.threshold, cx.ceiling, entry.rif, entry.latency)
+        hcl_key(cx.threshold, cx.ceiling_ns, entry.rif, entry.latency_ns)
     }
 
     fn values(&self, cx: &HclContext) -> Vec<(&'static str, f64)> {
@@ -437,11 +440,12 @@ mod tests {
         ) {
             let (ra, rb) = (Duration::from_nanos(a.1), Duration::from_nanos(b.1));
             let by_rank = hcl_rank(t, c, a.0, ra).order(&hcl_rank(t, c, b.0, rb));
-            prop_assert_eq!(hcl_key(t, c, a.0, ra).cmp(&hcl_key(t, c, b.0, rb)), by_rank);
+            let cn = c.map(duration_nanos);
+            prop_assert_eq!(hcl_key(t, cn, a.0, a.1).cmp(&hcl_key(t, cn, b.0, b.1)), by_rank);
             // Equal signals from different sides of the threshold, and near-equal latencies.
             let near = Duration::from_nanos(a.1 + 1);
             prop_assert_eq!(
-                hcl_key(t, c, a.0, ra).cmp(&hcl_key(t, c, a.0, near)),
+                hcl_key(t, cn, a.0, a.1).cmp(&hcl_key(t, cn, a.0, a.1 + 1)),
                 hcl_rank(t, c, a.0, ra).order(&hcl_rank(t, c, a.0, near))
             );
         }

@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::time::Duration;
 
-use rand::RngCore;
+use rand::{Rng, RngCore};
 
 use super::aversion::{ReplicaLoad, random_replica};
 pub use super::params::{ProbingParams, b_reuse, pool_capacity, validate_aversion};
@@ -139,6 +139,10 @@ pub trait Rule: fmt::Debug + Send + 'static {
         self.context()
     }
 
+    /// Whether [`Rule::rank`] and [`Rule::key`] read `load`. When they do not, the engine
+    /// skips looking the replica up for every reply it ranks (while no replica can be avoided).
+    const READS_LOAD: bool = true;
+
     /// Ranks one reply; `load` is this client's own view of the replica.
     fn rank(&self, cx: &Self::Context, entry: &Entry, load: &ReplicaLoad) -> Rank;
 
@@ -168,6 +172,9 @@ pub struct AsyncProbing<R: Rule> {
     remove_worst_next: bool,
     b_reuse: f64,
     next_idle_probe: Option<Time>,
+    /// Set for good at the first failed query or probe. Until then no replica can be avoided
+    /// (avoidance needs a failure), so ranking and the random fallback need not ask.
+    failure_seen: bool,
 }
 
 impl<R: Rule> AsyncProbing<R> {
@@ -191,6 +198,7 @@ impl<R: Rule> AsyncProbing<R> {
             next_probe_id: 0,
             remove_worst_next: false,
             next_idle_probe: None,
+            failure_seen: false,
         }
     }
 
@@ -266,7 +274,12 @@ impl<R: Rule> AsyncProbing<R> {
     /// One reply's place in the order the engine chooses by: replies from avoided replicas
     /// last, then by the rule's key. Orders like `rank_entry` does.
     fn sort_key(&self, cx: &R::Context, entry: &Entry, now: Time) -> (bool, R::Key) {
-        self.assess(entry, now, |load| self.rule.key(cx, entry, load))
+        if self.failure_seen || R::READS_LOAD {
+            return self.assess(entry, now, |load| self.rule.key(cx, entry, load));
+        }
+        // Nothing has failed, so no replica is avoided (and every reply in the pool is from a
+        // replica in the set: a departure drops its replies), and the rule ignores the load.
+        (false, self.rule.key(cx, entry, &ReplicaLoad::default()))
     }
 
     /// Every reply with its avoided flag and rank, in pool order.
@@ -388,6 +401,14 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         let cx = self.rule.context_for(&self.pool);
         let chosen = match self.select(&cx, now) {
             Some(index) => self.pool.use_entry(index),
+            None if !self.failure_seen => {
+                // No replica is avoided: the same draw as `random_replica`, without its list.
+                let id = self
+                    .replicas
+                    .id_at(rng.random_range(0..self.replicas.len()));
+                tracing::trace!(policy = R::NAME, pool = self.pool.len(), chosen = %id, "random fallback");
+                Some(id)
+            }
             None => {
                 let id = random_replica(&self.replicas, now, &self.params.aversion, rng);
                 tracing::trace!(policy = R::NAME, pool = self.pool.len(), chosen = ?id, "random fallback");
@@ -413,6 +434,7 @@ impl<R: Rule> Policy for AsyncProbing<R> {
 
     fn on_complete(&mut self, replica: ReplicaId, completion: &Completion, now: Time) {
         self.pool.expire(now);
+        self.failure_seen |= completion.outcome.is_failure();
         if let Some(load) = self.replicas.get_mut(replica) {
             load.on_complete(completion.outcome, now, &self.params.aversion);
         }
@@ -447,6 +469,7 @@ impl<R: Rule> Policy for AsyncProbing<R> {
             received: now,
             rif: report.rif,
             latency: report.latency,
+            latency_ns: duration_nanos(report.latency),
             uses: 0,
             budget,
             slot,
@@ -462,6 +485,7 @@ impl<R: Rule> Policy for AsyncProbing<R> {
 
     fn on_probe_failure(&mut self, probe: &ProbeRequest, now: Time) {
         self.pool.expire(now);
+        self.failure_seen = true;
         if let Some(load) = self.replicas.get_mut(probe.replica) {
             load.on_probe_failure();
         }
