@@ -28,7 +28,7 @@ use crate::policy::{
     Snapshot,
 };
 use crate::replica::{ReplicaChange, ReplicaId, Replicas};
-use crate::rounding::{RateRounder, random_round};
+use crate::rounding::{RandomRound, RateRounder};
 use crate::sampling::for_each_distinct;
 use crate::time::{Time, duration_nanos};
 
@@ -171,6 +171,8 @@ pub struct AsyncProbing<R: Rule> {
     remove_count: RateRounder,
     remove_worst_next: bool,
     b_reuse: f64,
+    /// `b_reuse` prepared for rounding each reply's budget.
+    budget: RandomRound,
     next_idle_probe: Option<Time>,
     /// Set for good at the first failed query or probe. Until then no replica can be avoided
     /// (avoidance needs a failure), so ranking and the random fallback need not ask.
@@ -180,17 +182,19 @@ pub struct AsyncProbing<R: Rule> {
 impl<R: Rule> AsyncProbing<R> {
     /// A policy with no replicas yet (assumes `params` passed validation).
     pub fn new(params: ProbingParams, rule: R) -> Self {
+        let b = b_reuse(
+            params.pool_size,
+            0,
+            params.probe_rate,
+            params.remove_rate,
+            params.delta,
+        );
         Self {
             pool: Pool::new(params.pool_size as usize, params.max_age),
             probe_count: RateRounder::new(params.probe_rate),
             remove_count: RateRounder::new(params.remove_rate),
-            b_reuse: b_reuse(
-                params.pool_size,
-                0,
-                params.probe_rate,
-                params.remove_rate,
-                params.delta,
-            ),
+            b_reuse: b,
+            budget: RandomRound::new(b),
             params,
             rule,
             replicas: Replicas::new(),
@@ -362,6 +366,7 @@ impl<R: Rule> AsyncProbing<R> {
             p.remove_rate,
             p.delta,
         );
+        self.budget = RandomRound::new(self.b_reuse);
     }
 }
 
@@ -463,7 +468,7 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         };
         self.replicas.at_mut(slot).on_probe_reply();
         self.rule.on_reply(probe.replica, report, now);
-        let budget = random_round(self.b_reuse, rng).max(1);
+        let budget = self.budget.sample(rng).max(1);
         self.pool.insert(Entry {
             replica: probe.replica,
             received: now,
