@@ -339,16 +339,21 @@ impl LatencyEstimator {
     /// The median of recent samples at or near `rif` and the largest of those same samples;
     /// None before any sample.
     pub fn estimate_with_max(&self, rif: u32, now: Time) -> Option<(Duration, Duration)> {
+        self.estimate_nanos(rif, now)
+            .map(|e| (Duration::from_nanos(e.median), Duration::from_nanos(e.max)))
+    }
+
+    /// [`LatencyEstimator::estimate_with_max`] in nanoseconds.
+    fn estimate_nanos(&self, rif: u32, now: Time) -> Option<Estimate> {
         let (center, now) = (bucket_of(rif), now.as_nanos());
-        let estimate = match self.memo.get(center, now) {
+        match self.memo.get(center, now) {
             Some(hit) => hit,
             None => {
                 let (value, until, span) = self.compute_with_span(center, now);
                 self.memo.put(center, now, until, span, value);
                 value
             }
-        };
-        estimate.map(|e| (Duration::from_nanos(e.median), Duration::from_nanos(e.max)))
+        }
     }
 
     /// How much an idle replica's stale estimate still counts at `now`: 1 while the newest
@@ -814,14 +819,13 @@ impl LoadTracker {
         } else {
             failed as f64 / completed as f64
         };
-        let (median, max) = self
-            .estimator
-            .estimate_with_max(rif, now)
-            .unwrap_or_default();
+        // Nanoseconds until the report is assembled: exact, and cheaper than `Duration`s.
+        let Estimate { median, max } = self.estimator.estimate_nanos(rif, now).unwrap_or_default();
         // An idle replica's stale estimate fades. Queries in flight do not stop the fade: the
         // first queries that reach a shunned replica must not restore its stale latency before
         // any of them has finished, or it could be tried only one query at a time.
         let factor = self.estimator.stale_factor(now);
+        let median = Duration::from_nanos(median);
         let mut latency = if factor < 1.0 {
             median.mul_f64(factor)
         } else {
@@ -830,8 +834,11 @@ impl LoadTracker {
         if self.estimator.config.in_flight_floor {
             // A query stuck for longer than any recent query took is a stall the median cannot
             // see yet: the report grows by as much as that query outlasts them.
-            let stalled_for = self.stalled_for(now).unwrap_or_default();
-            latency = latency.saturating_add(stalled_for.saturating_sub(max));
+            let stalled_for = self
+                .in_flight
+                .oldest_age_since(self.last_finished_arrival, now)
+                .unwrap_or(0);
+            latency = latency.saturating_add(Duration::from_nanos(stalled_for.saturating_sub(max)));
         }
         LoadReport {
             rif,
