@@ -52,7 +52,9 @@ impl RateRounder {
     /// The count for the next event.
     pub fn next_count(&mut self) -> u32 {
         self.events = self.events.saturating_add(1);
-        let due = (self.events as f64 * self.rate + FLOOR_SLACK).floor() as u64;
+        // The product is not negative, so truncation is its floor (and `f64::floor` is a libm
+        // call on the baseline target); both saturate beyond `u64::MAX`.
+        let due = (self.events as f64 * self.rate + FLOOR_SLACK) as u64;
         let count = due.saturating_sub(self.issued);
         self.issued = due;
         u32::try_from(count).unwrap_or(u32::MAX)

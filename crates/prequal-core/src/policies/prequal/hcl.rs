@@ -162,7 +162,10 @@ impl RifHistory {
             return Threshold::AllHot;
         }
         let len = self.recent.len();
-        let rank = ((q * len as f64).ceil() as usize).clamp(1, len);
+        // The ceiling of q·len (0 < q < 1, so 0 < q·len < len) without a libm `ceil`.
+        let scaled = q * len as f64;
+        let whole = scaled as usize;
+        let rank = (whole + usize::from((whole as f64) < scaled)).clamp(1, len);
         if rank <= self.dense_total {
             let mut seen = 0;
             for (value, &count) in self.dense.iter().enumerate() {
