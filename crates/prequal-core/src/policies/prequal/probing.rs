@@ -108,6 +108,24 @@ impl<R: Rule> fmt::Debug for Candidates<'_, R> {
     }
 }
 
+/// The index of the entry with the smallest `key` (ties go to the last) or, with `largest`, the
+/// largest (ties go to the first).
+fn extreme_by<K: Ord>(pool: &Pool, largest: bool, key: impl Fn(&Entry) -> K) -> Option<usize> {
+    let mut found: Option<(usize, K)> = None;
+    for (index, entry) in pool.iter().enumerate() {
+        let k = key(entry);
+        let replaces = match &found {
+            None => true,
+            Some((_, f)) if largest => k > *f,
+            Some((_, f)) => k <= *f,
+        };
+        if replaces {
+            found = Some((index, k));
+        }
+    }
+    found.map(|(index, _)| index)
+}
+
 /// A selection rule: how the engine ranks the replies in its pool.
 pub trait Rule: fmt::Debug + Send + 'static {
     /// What the rule computes once per decision (a threshold, a scale factor).
@@ -278,12 +296,20 @@ impl<R: Rule> AsyncProbing<R> {
     /// One reply's place in the order the engine chooses by: replies from avoided replicas
     /// last, then by the rule's key. Orders like `rank_entry` does.
     fn sort_key(&self, cx: &R::Context, entry: &Entry, now: Time) -> (bool, R::Key) {
+        self.assess(entry, now, |load| self.rule.key(cx, entry, load))
+    }
+
+    /// The index of the best reply (the smallest sort key; ties go to the newest) or, with
+    /// `worst`, of the worst (the largest; ties go to the oldest).
+    fn extreme(&self, cx: &R::Context, now: Time, worst: bool) -> Option<usize> {
         if self.failure_seen || R::READS_LOAD {
-            return self.assess(entry, now, |load| self.rule.key(cx, entry, load));
+            return extreme_by(&self.pool, worst, |entry| self.sort_key(cx, entry, now));
         }
         // Nothing has failed, so no replica is avoided (and every reply in the pool is from a
-        // replica in the set: a departure drops its replies), and the rule ignores the load.
-        (false, self.rule.key(cx, entry, &ReplicaLoad::default()))
+        // replica in the set: a departure drops its replies), and the rule ignores the load:
+        // the rule's key alone orders the replies.
+        let unused = ReplicaLoad::default();
+        extreme_by(&self.pool, worst, |entry| self.rule.key(cx, entry, &unused))
     }
 
     /// Every reply with its avoided flag and rank, in pool order.
@@ -299,14 +325,7 @@ impl<R: Rule> AsyncProbing<R> {
         if self.pool.len() < 2 {
             return None;
         }
-        let mut best: Option<(usize, (bool, R::Key))> = None;
-        for (index, entry) in self.pool.iter().enumerate().rev() {
-            let key = self.sort_key(cx, entry, now);
-            if best.is_none_or(|(_, b)| key < b) {
-                best = Some((index, key));
-            }
-        }
-        let (best, _) = best?;
+        let best = self.extreme(cx, now, false)?;
         let entry = self.pool.get(best)?;
         tracing::trace!(
             policy = R::NAME,
@@ -324,14 +343,7 @@ impl<R: Rule> AsyncProbing<R> {
 
     /// The worst reply's index (ties go to the oldest).
     fn worst(&self, cx: &R::Context, now: Time) -> Option<usize> {
-        let mut worst: Option<(usize, (bool, R::Key))> = None;
-        for (index, entry) in self.pool.iter().enumerate() {
-            let key = self.sort_key(cx, entry, now);
-            if worst.is_none_or(|(_, w)| key > w) {
-                worst = Some((index, key));
-            }
-        }
-        worst.map(|(index, _)| index)
+        self.extreme(cx, now, true)
     }
 
     /// Removes `r_remove` replies for this query, alternating oldest and worst.
