@@ -111,18 +111,17 @@ impl<R: Rule> fmt::Debug for Candidates<'_, R> {
 /// The index of the entry with the smallest `key` (ties go to the last) or, with `largest`, the
 /// largest (ties go to the first).
 fn extreme_by<K: Ord>(pool: &Pool, largest: bool, key: impl Fn(&Entry) -> K) -> Option<usize> {
-    let mut found: Option<(usize, K)> = None;
-    for (index, entry) in pool.iter().enumerate() {
+    // A fold walks the deque's two halves as two plain slices (a `for` loop over its iterator
+    // checks which half it is in at every step).
+    let found = pool.iter().enumerate().fold(None, |found: Option<(usize, K)>, (index, entry)| {
         let k = key(entry);
         let replaces = match &found {
             None => true,
             Some((_, f)) if largest => k > *f,
             Some((_, f)) => k <= *f,
         };
-        if replaces {
-            found = Some((index, k));
-        }
-    }
+        if replaces { Some((index, k)) } else { found }
+    });
     found.map(|(index, _)| index)
 }
 
