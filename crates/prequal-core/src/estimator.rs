@@ -819,6 +819,21 @@ impl LoadTracker {
         } else {
             failed as f64 / completed as f64
         };
+        LoadReport {
+            qps: Some(completed as f64 / secs),
+            error_rate: Some(error_rate),
+            ..self.report_without_rates_at(rif, now)
+        }
+    }
+
+    /// [`LoadTracker::report`] without the rates (`qps` and `error_rate` are None), at less
+    /// cost: for a reader that uses only RIF and latency (see
+    /// [`crate::Policy::reads_probe_rates`]).
+    pub fn report_without_rates(&self, now: Time) -> LoadReport {
+        self.report_without_rates_at(self.rif, now)
+    }
+
+    fn report_without_rates_at(&self, rif: u32, now: Time) -> LoadReport {
         // Nanoseconds until the report is assembled: exact, and cheaper than `Duration`s.
         let Estimate { median, max } = self.estimator.estimate_nanos(rif, now).unwrap_or_default();
         // An idle replica's stale estimate fades. Queries in flight do not stop the fade: the
@@ -843,9 +858,9 @@ impl LoadTracker {
         LoadReport {
             rif,
             latency,
-            qps: Some(completed as f64 / secs),
+            qps: None,
             utilization: None,
-            error_rate: Some(error_rate),
+            error_rate: None,
         }
     }
 }

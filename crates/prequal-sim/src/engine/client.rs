@@ -71,6 +71,8 @@ struct PendingProbe {
 /// A balancing client: its policy, its RNG, its queries and probes in flight.
 pub(super) struct Client {
     pub(super) policy: Box<dyn Policy>,
+    /// What the policy says once: whether its probe replies need the replica's rates.
+    pub(super) reads_probe_rates: bool,
     rng: SmallRng,
     /// Queries in flight; a query's id is its key here.
     queries: Slab<Slot>,
@@ -86,6 +88,7 @@ pub(super) struct Client {
 impl Client {
     pub(super) fn new(policy: Box<dyn Policy>, rng: SmallRng, hedger: Option<Hedger>) -> Self {
         Client {
+            reads_probe_rates: policy.reads_probe_rates(),
             policy,
             rng,
             queries: Slab::default(),

@@ -295,6 +295,7 @@ impl Rule for Hcl {
     type Context = HclContext;
     const NAME: &'static str = "prequal";
     const READS_LOAD: bool = false;
+    const READS_RATES: bool = false;
 
     fn on_reply(&mut self, _replica: ReplicaId, report: &LoadReport, _now: Time) {
         self.history.push(report.rif);

@@ -113,15 +113,18 @@ impl<R: Rule> fmt::Debug for Candidates<'_, R> {
 fn extreme_by<K: Ord>(pool: &Pool, largest: bool, key: impl Fn(&Entry) -> K) -> Option<usize> {
     // A fold walks the deque's two halves as two plain slices (a `for` loop over its iterator
     // checks which half it is in at every step).
-    let found = pool.iter().enumerate().fold(None, |found: Option<(usize, K)>, (index, entry)| {
-        let k = key(entry);
-        let replaces = match &found {
-            None => true,
-            Some((_, f)) if largest => k > *f,
-            Some((_, f)) => k <= *f,
-        };
-        if replaces { Some((index, k)) } else { found }
-    });
+    let found = pool
+        .iter()
+        .enumerate()
+        .fold(None, |found: Option<(usize, K)>, (index, entry)| {
+            let k = key(entry);
+            let replaces = match &found {
+                None => true,
+                Some((_, f)) if largest => k > *f,
+                Some((_, f)) => k <= *f,
+            };
+            if replaces { Some((index, k)) } else { found }
+        });
     found.map(|(index, _)| index)
 }
 
@@ -132,6 +135,10 @@ pub trait Rule: fmt::Debug + Send + 'static {
 
     /// The policy's config name.
     const NAME: &'static str;
+
+    /// Whether [`Rule::on_reply`] reads the reply's rates (`qps`, `utilization`, `error_rate`);
+    /// the engine reads only RIF and latency (see [`Policy::reads_probe_rates`]).
+    const READS_RATES: bool = true;
 
     /// A probe reply arrived from `replica` (before it enters the pool).
     fn on_reply(&mut self, replica: ReplicaId, report: &LoadReport, now: Time);
@@ -497,6 +504,10 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         if self.replicas.contains(replica) {
             self.rule.on_load_report(replica, report, now);
         }
+    }
+
+    fn reads_probe_rates(&self) -> bool {
+        R::READS_RATES
     }
 
     fn on_probe_failure(&mut self, probe: &ProbeRequest, now: Time) {
