@@ -343,16 +343,21 @@ impl LatencyEstimator {
     /// The median of recent samples at or near `rif` and the largest of those same samples;
     /// None before any sample.
     pub fn estimate_with_max(&self, rif: u32, now: Time) -> Option<(Duration, Duration)> {
+        self.estimate_nanos(rif, now)
+            .map(|e| (Duration::from_nanos(e.median), Duration::from_nanos(e.max)))
+    }
+
+    /// [`LatencyEstimator::estimate_with_max`] in nanoseconds.
+    fn estimate_nanos(&self, rif: u32, now: Time) -> Option<Estimate> {
         let (center, now) = (bucket_of(rif), now.as_nanos());
-        let estimate = match self.memo.get(center, now) {
+        match self.memo.get(center, now) {
             Some(hit) => hit,
             None => {
                 let (value, until, span) = self.compute_with_span(center, now);
                 self.memo.put(center, now, until, span, value);
                 value
             }
-        };
-        estimate.map(|e| (Duration::from_nanos(e.median), Duration::from_nanos(e.max)))
+        }
     }
 
     /// When the estimate goes (or went) stale: `max_age` after the newest sample.
@@ -906,10 +911,23 @@ impl LoadTracker {
         } else {
             failed as f64 / completed as f64
         };
-        let (median, max) = self
-            .estimator
-            .estimate_with_max(rif, now)
-            .unwrap_or_default();
+        LoadReport {
+            qps: Some(completed as f64 / secs),
+            error_rate: Some(error_rate),
+            ..self.report_without_rates_at(rif, now)
+        }
+    }
+
+    /// [`LoadTracker::report`] without the rates (`qps` and `error_rate` are None), at less
+    /// cost: for a reader that uses only RIF and latency (see
+    /// [`crate::Policy::reads_probe_rates`]).
+    pub fn report_without_rates(&self, now: Time) -> LoadReport {
+        self.report_without_rates_at(self.rif, now)
+    }
+
+    fn report_without_rates_at(&self, rif: u32, now: Time) -> LoadReport {
+        // Nanoseconds until the report is assembled: exact, and cheaper than `Duration`s.
+        let Estimate { median, max } = self.estimator.estimate_nanos(rif, now).unwrap_or_default();
         // An idle replica's stale estimate fades, except while its trial query is in flight:
         // the fade invites one query, not as many as its decayed latency and empty queue would
         // draw before any of them has finished.
@@ -918,6 +936,7 @@ impl LoadTracker {
         } else {
             self.estimator.stale_factor(now)
         };
+        let median = Duration::from_nanos(median);
         let mut latency = if factor < 1.0 {
             median.mul_f64(factor)
         } else {
@@ -926,8 +945,11 @@ impl LoadTracker {
         if self.estimator.config.in_flight_floor {
             // A query stuck for longer than any recent query took is a stall the median cannot
             // see yet: the report grows by as much as that query outlasts them.
-            let stalled_for = self.stalled_for(now).unwrap_or_default();
-            latency = latency.saturating_add(stalled_for.saturating_sub(max));
+            let stalled_for = self
+                .in_flight
+                .oldest_age_since(self.last_finished_arrival, now)
+                .unwrap_or(0);
+            latency = latency.saturating_add(Duration::from_nanos(stalled_for.saturating_sub(max)));
             // Nothing that arrived since the abandoned stall began has finished: a query
             // arriving now takes at least as long as that.
             if let Some(stall) = self.abandoned_stall_for(now) {
@@ -937,9 +959,9 @@ impl LoadTracker {
         LoadReport {
             rif,
             latency,
-            qps: Some(completed as f64 / secs),
+            qps: None,
             utilization: None,
-            error_rate: Some(error_rate),
+            error_rate: None,
         }
     }
 }

@@ -232,6 +232,14 @@ pub trait Policy: Send + std::fmt::Debug {
     ) {
     }
 
+    /// Whether [`Policy::on_probe_reply`] reads a reply's rates (`qps`, `utilization`,
+    /// `error_rate`); by default true. A driver that computes replies itself, like the
+    /// simulator, may leave them out (`None`) for a policy that does not, and save their
+    /// arithmetic on every probe.
+    fn reads_probe_rates(&self) -> bool {
+        true
+    }
+
     /// A probe failed: no reply before its timeout, a transport error, or a malformed reply.
     fn on_probe_failure(&mut self, _probe: &ProbeRequest, _now: Time) {}
 

@@ -10,6 +10,7 @@
 //! - [`random_round`]: the floor or the ceiling, at random, with the expectation preserved (used
 //!   for the reuse budget `b_reuse` of each probe reply).
 
+use rand::distr::Bernoulli;
 use rand::{Rng, RngCore};
 
 /// Slack added before taking a floor so that a product such as `10 × 0.3` (which is
@@ -51,7 +52,9 @@ impl RateRounder {
     /// The count for the next event.
     pub fn next_count(&mut self) -> u32 {
         self.events = self.events.saturating_add(1);
-        let due = (self.events as f64 * self.rate + FLOOR_SLACK).floor() as u64;
+        // The product is not negative, so truncation is its floor (and `f64::floor` is a libm
+        // call on the baseline target); both saturate beyond `u64::MAX`.
+        let due = (self.events as f64 * self.rate + FLOOR_SLACK) as u64;
         let count = due.saturating_sub(self.issued);
         self.issued = due;
         u32::try_from(count).unwrap_or(u32::MAX)
@@ -61,18 +64,44 @@ impl RateRounder {
 /// Rounds `x` to its floor or ceiling at random so that the expectation is `x`. Negative and
 /// non-finite inputs give 0; values beyond `u32::MAX` saturate.
 pub fn random_round(x: f64, rng: &mut dyn RngCore) -> u32 {
-    if !x.is_finite() || x <= 0.0 {
-        return 0;
+    RandomRound::new(x).sample(rng)
+}
+
+/// [`random_round`] of one value, prepared once: its floor, and the coin that rounds it up when
+/// it has a fraction. For a value rounded again and again (the reuse budget of every probe
+/// reply); each sample draws exactly what `random_round` would.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RandomRound {
+    whole: u32,
+    up: Option<Bernoulli>,
+}
+
+impl RandomRound {
+    /// Prepares the rounding of `x` (see [`random_round`] for the edge cases).
+    pub fn new(x: f64) -> Self {
+        if !x.is_finite() || x <= 0.0 {
+            return Self { whole: 0, up: None };
+        }
+        if x >= u32::MAX as f64 {
+            return Self {
+                whole: u32::MAX,
+                up: None,
+            };
+        }
+        // 0 < x < 2^32 here, so truncation is the floor (and cheaper than `f64::floor`, a libm
+        // call on the baseline target).
+        let whole = x as u32;
+        let frac = (x - f64::from(whole)).clamp(0.0, 1.0);
+        // `Rng::random_bool(frac)` is a sample of this coin.
+        let up = (frac > 0.0).then(|| Bernoulli::new(frac).ok()).flatten();
+        Self { whole, up }
     }
-    if x >= u32::MAX as f64 {
-        return u32::MAX;
+
+    /// The floor or the ceiling, at random.
+    pub fn sample(&self, rng: &mut dyn RngCore) -> u32 {
+        let up = self.up.is_some_and(|coin| rng.sample(coin));
+        self.whole + u32::from(up)
     }
-    // 0 < x < 2^32 here, so truncation is the floor (and cheaper than `f64::floor`, a libm
-    // call on the baseline target).
-    let whole = x as u32;
-    let frac = (x - f64::from(whole)).clamp(0.0, 1.0);
-    let up = frac > 0.0 && rng.random_bool(frac);
-    whole + u32::from(up)
 }
 
 #[cfg(test)]
@@ -113,6 +142,27 @@ mod tests {
     }
 
     proptest! {
+        /// A prepared rounding draws the same numbers as `random_round` and `random_bool`, the
+        /// way `random_round` drew before it was prepared.
+        #[test]
+        fn prepared_rounding_draws_like_random_bool(
+            x in prop_oneof![0.0f64..40.0, Just(0.0), Just(3.0), Just(-1.0), Just(f64::NAN)],
+            seed in 0u64..1000,
+        ) {
+            let (mut a, mut b) = (rng(seed), rng(seed));
+            let prepared = RandomRound::new(x);
+            for _ in 0..20 {
+                let by_coin = if !x.is_finite() || x <= 0.0 {
+                    0
+                } else {
+                    let whole = x as u32;
+                    let frac = x - f64::from(whole);
+                    whole + u32::from(frac > 0.0 && b.random_bool(frac))
+                };
+                prop_assert_eq!(prepared.sample(&mut a), by_coin);
+            }
+        }
+
         #[test]
         fn each_count_is_floor_or_ceil(rate in 0.0f64..20.0, events in 1usize..500) {
             let mut r = RateRounder::new(rate);

@@ -61,7 +61,10 @@ impl InFlightAges {
         // Arrivals recorded from several threads may come slightly out of order: one earlier
         // than the first kept slot joins that slot, and its finish finds it there the same way.
         let index = usize::try_from(slot.saturating_sub(self.first)).unwrap_or(0);
-        if index >= self.counts.len() {
+        if index == self.counts.len() {
+            // The common case, a query in a slot of its own, without `resize`'s general path.
+            self.counts.push_back(0);
+        } else if index > self.counts.len() {
             self.counts.resize(index + 1, 0);
         }
         self.counts[index] = self.counts[index].saturating_add(1);

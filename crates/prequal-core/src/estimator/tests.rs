@@ -372,6 +372,37 @@ mod properties {
     }
 
     proptest! {
+        /// A report without rates is the full report with its rates left out, whatever the
+        /// tracker went through (arrivals, finishes, errors, abandons, idle spells).
+        #[test]
+        fn report_without_rates_is_the_report_less_its_rates(
+            ops in prop::collection::vec((0u8..4, 0u64..3_000_000_000), 1..200),
+        ) {
+            let mut tracker = LoadTracker::new(EstimatorConfig::default());
+            let mut now = Time::ZERO;
+            let mut in_flight = Vec::new();
+            for (op, gap_ns) in ops {
+                // Mostly short gaps, now and then an idle spell long enough to go stale.
+                now = now + Duration::from_nanos(if op == 3 { gap_ns } else { gap_ns % 20_000_000 });
+                match op {
+                    0 => in_flight.push(tracker.on_arrival(now)),
+                    1 | 2 if !in_flight.is_empty() => {
+                        let arrival = in_flight.remove(gap_ns as usize % in_flight.len());
+                        let outcome = if op == 1 { Outcome::Success } else { Outcome::Error };
+                        tracker.on_finish(arrival, outcome, now);
+                    }
+                    _ => {
+                        if let Some(arrival) = in_flight.pop() {
+                            tracker.on_abandon(arrival, now);
+                        }
+                    }
+                }
+                let full = tracker.report(now);
+                let expected = LoadReport { qps: None, error_rate: None, ..full };
+                prop_assert_eq!(tracker.report_without_rates(now), expected);
+            }
+        }
+
         /// Up to one ring of samples at one RIF, all recent: the estimate is their exact median.
         #[test]
         fn one_bucket_gives_the_exact_median(latencies in prop::collection::vec(1u64..1_000_000, 1..=32)) {

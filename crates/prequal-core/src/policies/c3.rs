@@ -207,6 +207,7 @@ impl C3Rule {
 impl Rule for C3Rule {
     type Context = ();
     const NAME: &'static str = "c3";
+    const READS_RATES: bool = false;
 
     fn on_reply(&mut self, replica: ReplicaId, report: &LoadReport, _now: Time) {
         if let Some(s) = self.state.get_mut(replica) {

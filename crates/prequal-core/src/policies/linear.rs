@@ -199,6 +199,8 @@ fn median_secs(values: &VecDeque<Duration>) -> f64 {
 impl Rule for LinearRule {
     type Context = f64;
     const NAME: &'static str = "linear";
+    const READS_LOAD: bool = false;
+    const READS_RATES: bool = false;
 
     fn on_reply(&mut self, _replica: ReplicaId, report: &LoadReport, _now: Time) {
         if report.rif == 1 {

@@ -85,6 +85,8 @@ pub(super) struct Counts {
 /// A balancing client: its balancer, its RNG, its queries and probes in flight.
 pub(super) struct Client {
     pub(super) balancer: Balancer,
+    /// What the policy says once: whether its probe replies need the replica's rates.
+    pub(super) reads_probe_rates: bool,
     rng: SmallRng,
     /// Queries in flight; a query's id is its key here.
     queries: Slab<Slot>,
@@ -103,6 +105,7 @@ pub(super) struct Client {
 impl Client {
     pub(super) fn new(balancer: Balancer, rng: SmallRng, hedging: bool) -> Self {
         Client {
+            reads_probe_rates: balancer.policy().reads_probe_rates(),
             balancer,
             rng,
             queries: Slab::default(),

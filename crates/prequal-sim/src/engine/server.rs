@@ -347,12 +347,20 @@ impl Sim<'_> {
             Some(Fault::Killed) => return self.probe_unanswered(c, probe, true),
             Some(Fault::BlackHole) | None => {}
         }
+        let with_rates = self.clients[c as usize].reads_probe_rates;
         let server = &mut self.servers[s as usize];
         if let Some(cpu) = server.model.cpu_mut() {
             cpu.advance(now, &mut self.done);
         }
-        let mut report: LoadReport = server.tracker.report(now);
-        report.utilization = server.utilization(now);
+        let report: LoadReport = if with_rates {
+            LoadReport {
+                utilization: server.utilization(now),
+                ..server.tracker.report(now)
+            }
+        } else {
+            // Nobody reads the rates: RIF and latency are all the probe answers.
+            server.tracker.report_without_rates(now)
+        };
         server.model.charge_probe(now, &mut self.done);
         self.finish_cpu_jobs(s);
         self.deliver_probe_report(c, probe, report);

@@ -2,7 +2,7 @@
 //!
 //! A scenario writes a distribution as a TOML table tagged by `kind` ([`DistSpec`]); it is
 //! compiled once into a [`Distribution`] that samples nanoseconds from a caller-supplied
-//! `&mut dyn RngCore`. Supported kinds (all durations in humantime form, `"167ms"`):
+//! generator (any `RngCore`, a `&mut dyn RngCore` included). Supported kinds (all durations in humantime form, `"167ms"`):
 //!
 //! | kind | keys | meaning |
 //! |---|---|---|
@@ -123,7 +123,7 @@ impl Cursor {
     }
 
     /// The line to read now (picking a random first one), advancing past it.
-    fn advance(&self, len: usize, rng: &mut dyn RngCore) -> usize {
+    fn advance<R: RngCore + ?Sized>(&self, len: usize, rng: &mut R) -> usize {
         // Relaxed is enough: a cursor is only ever sampled by the one thread that owns it.
         let mut i = self.0.load(Ordering::Relaxed);
         if i >= len {
@@ -259,8 +259,9 @@ impl DistSpec {
 }
 
 impl Distribution {
-    /// One sample, in nanoseconds.
-    pub fn sample_nanos(&self, rng: &mut dyn RngCore) -> u64 {
+    /// One sample, in nanoseconds. Generic over the generator (a `&mut dyn RngCore` will do)
+    /// so that a caller holding a concrete one gets its draws inlined.
+    pub fn sample_nanos<R: RngCore + ?Sized>(&self, rng: &mut R) -> u64 {
         match self {
             Distribution::Constant(v) => *v,
             Distribution::Normal { mean, sd } => {
@@ -296,7 +297,7 @@ impl Distribution {
     }
 
     /// One sample, as a duration.
-    pub fn sample(&self, rng: &mut dyn RngCore) -> Duration {
+    pub fn sample<R: RngCore + ?Sized>(&self, rng: &mut R) -> Duration {
         Duration::from_nanos(self.sample_nanos(rng))
     }
 
@@ -315,10 +316,10 @@ impl Distribution {
     }
 }
 
-/// `rand_distr` wants a sized `Rng`; this forwards to the trait object.
-struct AsRng<'a>(&'a mut dyn RngCore);
+/// `rand_distr` wants a sized `Rng`; this forwards to one that may be a trait object.
+struct AsRng<'a, R: ?Sized>(&'a mut R);
 
-impl RngCore for AsRng<'_> {
+impl<R: RngCore + ?Sized> RngCore for AsRng<'_, R> {
     fn next_u32(&mut self) -> u32 {
         self.0.next_u32()
     }

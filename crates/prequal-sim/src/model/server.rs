@@ -391,10 +391,10 @@ impl ReplicaModel {
 
     /// Admits a query at `now`: returns how it will be served and whether it will fail.
     /// CPU jobs that finished by `now` are appended to `done`.
-    pub fn admit(
+    pub fn admit<R: RngCore + ?Sized>(
         &mut self,
         now: Time,
-        rng: &mut dyn RngCore,
+        rng: &mut R,
         done: &mut Vec<JobId>,
     ) -> (Admission, bool) {
         let fx = self.effects(now);

@@ -50,10 +50,16 @@ pub enum Threshold {
 impl Threshold {
     /// Whether a reply with this RIF is hot.
     pub fn is_hot(self, rif: u32) -> bool {
+        i64::from(rif) > self.hot_above()
+    }
+
+    /// The RIF above which a reply is hot, as one number for a comparison without a `match`:
+    /// −1 when everything is hot, `i64::MAX` (above every RIF) when nothing is.
+    pub fn hot_above(self) -> i64 {
         match self {
-            Threshold::AllCold => false,
-            Threshold::AllHot => true,
-            Threshold::Above(limit) => rif > limit,
+            Threshold::AllCold => i64::MAX,
+            Threshold::AllHot => -1,
+            Threshold::Above(limit) => i64::from(limit),
         }
     }
 
@@ -156,7 +162,10 @@ impl RifHistory {
             return Threshold::AllHot;
         }
         let len = self.recent.len();
-        let rank = ((q * len as f64).ceil() as usize).clamp(1, len);
+        // The ceiling of q·len (0 < q < 1, so 0 < q·len < len) without a libm `ceil`.
+        let scaled = q * len as f64;
+        let whole = scaled as usize;
+        let rank = (whole + usize::from((whole as f64) < scaled)).clamp(1, len);
         if rank <= self.dense_total {
             let mut seen = 0;
             for (value, &count) in self.dense.iter().enumerate() {
@@ -214,19 +223,15 @@ pub fn hcl_rank(
     }
 }
 
-/// [`hcl_rank`] as one integer, ordered the same way: the hot flag in the top bit, then the
-/// main signal and the other one below it (latency as whole nanoseconds, 64 bits; RIF, 32).
+/// [`hcl_rank`] under `cx` as one integer, ordered the same way: the hot flag in the top bit,
+/// then the main signal and the other one below it (latency as whole nanoseconds, 64 bits; RIF,
+/// 32). Takes the latency in nanoseconds ([`duration_nanos`]), which pool entries hold ready.
 /// Exact where the rank's float latency is (below 2^53 ns, about 104 days); beyond, the key
 /// still tells latencies apart where the float rounds them together.
-pub fn hcl_key(
-    threshold: Threshold,
-    ceiling: Option<Duration>,
-    rif: u32,
-    latency: Duration,
-) -> u128 {
-    let hot = threshold.is_hot(rif);
-    let in_band = !hot && ceiling.is_some_and(|c| latency <= c);
-    let latency = u128::from(duration_nanos(latency));
+pub fn hcl_key(cx: &HclContext, rif: u32, latency_ns: u64) -> u128 {
+    let hot = i64::from(rif) > cx.hot_above;
+    let in_band = !hot && i128::from(latency_ns) <= cx.ceiling_ns;
+    let latency = u128::from(latency_ns);
     let rif = u128::from(rif);
     if hot {
         1 << 127 | rif << 64 | latency
@@ -244,6 +249,23 @@ pub struct HclContext {
     pub threshold: Threshold,
     /// The top of the latency band: cold replies at or below it rank by RIF (None: no band).
     pub ceiling: Option<Duration>,
+    /// [`Threshold::hot_above`] of `threshold`, for [`hcl_key`].
+    hot_above: i64,
+    /// `ceiling` in whole nanoseconds, for [`hcl_key`]; with no band, a value no latency is at
+    /// or below.
+    ceiling_ns: i128,
+}
+
+impl HclContext {
+    /// The context for `threshold` and `ceiling`.
+    pub fn new(threshold: Threshold, ceiling: Option<Duration>) -> Self {
+        Self {
+            threshold,
+            ceiling,
+            hot_above: threshold.hot_above(),
+            ceiling_ns: ceiling.map_or(-1, |c| i128::from(duration_nanos(c))),
+        }
+    }
 }
 
 /// The HCL selection rule for the async engine.
@@ -272,16 +294,15 @@ impl Hcl {
 impl Rule for Hcl {
     type Context = HclContext;
     const NAME: &'static str = "prequal";
+    const READS_LOAD: bool = false;
+    const READS_RATES: bool = false;
 
     fn on_reply(&mut self, _replica: ReplicaId, report: &LoadReport, _now: Time) {
         self.history.push(report.rif);
     }
 
     fn context(&self) -> HclContext {
-        HclContext {
-            threshold: self.history.threshold(self.q_rif),
-            ceiling: None,
-        }
+        HclContext::new(self.history.threshold(self.q_rif), None)
     }
 
     fn on_replica_change(&mut self, change: ReplicaChange) {
@@ -302,13 +323,12 @@ impl Rule for Hcl {
         let ceiling = if band > 0.0 {
             pool.iter()
                 .filter(|e| !threshold.is_hot(e.rif))
-                .map(|e| e.latency)
-                .min()
-                .map(|fastest| fastest.mul_f64(1.0 + band))
+                .min_by_key(|e| e.latency_ns)
+                .map(|fastest| fastest.latency.mul_f64(1.0 + band))
         } else {
             None
         };
-        HclContext { threshold, ceiling }
+        HclContext::new(threshold, ceiling)
     }
 
     fn rank(&self, cx: &HclContext, entry: &Entry, _load: &ReplicaLoad) -> Rank {
@@ -318,7 +338,7 @@ impl Rule for Hcl {
     type Key = u128;
 
     fn key(&self, cx: &HclContext, entry: &Entry, _load: &ReplicaLoad) -> u128 {
-        hcl_key(cx.threshold, cx.ceiling, entry.rif, entry.latency)
+        hcl_key(cx, entry.rif, entry.latency_ns)
     }
 
     fn values(&self, cx: &HclContext) -> Vec<(&'static str, f64)> {
@@ -437,11 +457,12 @@ mod tests {
         ) {
             let (ra, rb) = (Duration::from_nanos(a.1), Duration::from_nanos(b.1));
             let by_rank = hcl_rank(t, c, a.0, ra).order(&hcl_rank(t, c, b.0, rb));
-            prop_assert_eq!(hcl_key(t, c, a.0, ra).cmp(&hcl_key(t, c, b.0, rb)), by_rank);
+            let cx = HclContext::new(t, c);
+            prop_assert_eq!(hcl_key(&cx, a.0, a.1).cmp(&hcl_key(&cx, b.0, b.1)), by_rank);
             // Equal signals from different sides of the threshold, and near-equal latencies.
             let near = Duration::from_nanos(a.1 + 1);
             prop_assert_eq!(
-                hcl_key(t, c, a.0, ra).cmp(&hcl_key(t, c, a.0, near)),
+                hcl_key(&cx, a.0, a.1).cmp(&hcl_key(&cx, a.0, a.1 + 1)),
                 hcl_rank(t, c, a.0, ra).order(&hcl_rank(t, c, a.0, near))
             );
         }

@@ -31,6 +31,9 @@ pub struct Entry {
     pub rif: u32,
     /// The reported latency estimate.
     pub latency: Duration,
+    /// The same in whole nanoseconds, converted once on arrival rather than whenever the reply
+    /// is ranked.
+    pub(crate) latency_ns: u64,
     /// Times this client has used the reply.
     pub uses: u32,
     /// Uses allowed before the reply is removed (b_reuse, rounded for this reply; at least 1).
@@ -250,6 +253,7 @@ mod tests {
             received: Time::from_millis(at_ms),
             rif: 1,
             latency: Duration::from_millis(5),
+            latency_ns: 5_000_000,
             uses: 0,
             budget,
             slot: 0,

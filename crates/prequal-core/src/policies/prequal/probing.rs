@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::time::Duration;
 
-use rand::RngCore;
+use rand::{Rng, RngCore};
 
 use super::aversion::{ReplicaLoad, random_replica};
 pub use super::params::{ProbingParams, b_reuse, pool_capacity, validate_aversion};
@@ -28,7 +28,7 @@ use crate::policy::{
     Snapshot,
 };
 use crate::replica::{ReplicaChange, ReplicaId, Replicas};
-use crate::rounding::{RateRounder, random_round};
+use crate::rounding::{RandomRound, RateRounder};
 use crate::sampling::for_each_distinct;
 use crate::time::{Time, duration_nanos};
 
@@ -108,6 +108,26 @@ impl<R: Rule> fmt::Debug for Candidates<'_, R> {
     }
 }
 
+/// The index of the entry with the smallest `key` (ties go to the last) or, with `largest`, the
+/// largest (ties go to the first).
+fn extreme_by<K: Ord>(pool: &Pool, largest: bool, key: impl Fn(&Entry) -> K) -> Option<usize> {
+    // A fold walks the deque's two halves as two plain slices (a `for` loop over its iterator
+    // checks which half it is in at every step).
+    let found = pool
+        .iter()
+        .enumerate()
+        .fold(None, |found: Option<(usize, K)>, (index, entry)| {
+            let k = key(entry);
+            let replaces = match &found {
+                None => true,
+                Some((_, f)) if largest => k > *f,
+                Some((_, f)) => k <= *f,
+            };
+            if replaces { Some((index, k)) } else { found }
+        });
+    found.map(|(index, _)| index)
+}
+
 /// A selection rule: how the engine ranks the replies in its pool.
 pub trait Rule: fmt::Debug + Send + 'static {
     /// What the rule computes once per decision (a threshold, a scale factor).
@@ -115,6 +135,10 @@ pub trait Rule: fmt::Debug + Send + 'static {
 
     /// The policy's config name.
     const NAME: &'static str;
+
+    /// Whether [`Rule::on_reply`] reads the reply's rates (`qps`, `utilization`, `error_rate`);
+    /// the engine reads only RIF and latency (see [`Policy::reads_probe_rates`]).
+    const READS_RATES: bool = true;
 
     /// A probe reply arrived from `replica` (before it enters the pool).
     fn on_reply(&mut self, replica: ReplicaId, report: &LoadReport, now: Time);
@@ -138,6 +162,10 @@ pub trait Rule: fmt::Debug + Send + 'static {
     fn context_for(&self, _pool: &Pool) -> Self::Context {
         self.context()
     }
+
+    /// Whether [`Rule::rank`] and [`Rule::key`] read `load`. When they do not, the engine
+    /// skips looking the replica up for every reply it ranks (while no replica can be avoided).
+    const READS_LOAD: bool = true;
 
     /// Ranks one reply; `load` is this client's own view of the replica.
     fn rank(&self, cx: &Self::Context, entry: &Entry, load: &ReplicaLoad) -> Rank;
@@ -167,23 +195,30 @@ pub struct AsyncProbing<R: Rule> {
     remove_count: RateRounder,
     remove_worst_next: bool,
     b_reuse: f64,
+    /// `b_reuse` prepared for rounding each reply's budget.
+    budget: RandomRound,
     next_idle_probe: Option<Time>,
+    /// Set for good at the first failed query or probe. Until then no replica can be avoided
+    /// (avoidance needs a failure), so ranking and the random fallback need not ask.
+    failure_seen: bool,
 }
 
 impl<R: Rule> AsyncProbing<R> {
     /// A policy with no replicas yet (assumes `params` passed validation).
     pub fn new(params: ProbingParams, rule: R) -> Self {
+        let b = b_reuse(
+            params.pool_size,
+            0,
+            params.probe_rate,
+            params.remove_rate,
+            params.delta,
+        );
         Self {
             pool: Pool::new(params.pool_size as usize, params.max_age),
             probe_count: RateRounder::new(params.probe_rate),
             remove_count: RateRounder::new(params.remove_rate),
-            b_reuse: b_reuse(
-                params.pool_size,
-                0,
-                params.probe_rate,
-                params.remove_rate,
-                params.delta,
-            ),
+            b_reuse: b,
+            budget: RandomRound::new(b),
             params,
             rule,
             replicas: Replicas::new(),
@@ -191,6 +226,7 @@ impl<R: Rule> AsyncProbing<R> {
             next_probe_id: 0,
             remove_worst_next: false,
             next_idle_probe: None,
+            failure_seen: false,
         }
     }
 
@@ -269,6 +305,19 @@ impl<R: Rule> AsyncProbing<R> {
         self.assess(entry, now, |load| self.rule.key(cx, entry, load))
     }
 
+    /// The index of the best reply (the smallest sort key; ties go to the newest) or, with
+    /// `worst`, of the worst (the largest; ties go to the oldest).
+    fn extreme(&self, cx: &R::Context, now: Time, worst: bool) -> Option<usize> {
+        if self.failure_seen || R::READS_LOAD {
+            return extreme_by(&self.pool, worst, |entry| self.sort_key(cx, entry, now));
+        }
+        // Nothing has failed, so no replica is avoided (and every reply in the pool is from a
+        // replica in the set: a departure drops its replies), and the rule ignores the load:
+        // the rule's key alone orders the replies.
+        let unused = ReplicaLoad::default();
+        extreme_by(&self.pool, worst, |entry| self.rule.key(cx, entry, &unused))
+    }
+
     /// Every reply with its avoided flag and rank, in pool order.
     fn ranked(&self, cx: &R::Context, now: Time) -> Vec<(bool, Rank)> {
         self.pool
@@ -282,14 +331,7 @@ impl<R: Rule> AsyncProbing<R> {
         if self.pool.len() < 2 {
             return None;
         }
-        let mut best: Option<(usize, (bool, R::Key))> = None;
-        for (index, entry) in self.pool.iter().enumerate().rev() {
-            let key = self.sort_key(cx, entry, now);
-            if best.is_none_or(|(_, b)| key < b) {
-                best = Some((index, key));
-            }
-        }
-        let (best, _) = best?;
+        let best = self.extreme(cx, now, false)?;
         let entry = self.pool.get(best)?;
         tracing::trace!(
             policy = R::NAME,
@@ -307,14 +349,7 @@ impl<R: Rule> AsyncProbing<R> {
 
     /// The worst reply's index (ties go to the oldest).
     fn worst(&self, cx: &R::Context, now: Time) -> Option<usize> {
-        let mut worst: Option<(usize, (bool, R::Key))> = None;
-        for (index, entry) in self.pool.iter().enumerate() {
-            let key = self.sort_key(cx, entry, now);
-            if worst.is_none_or(|(_, w)| key > w) {
-                worst = Some((index, key));
-            }
-        }
-        worst.map(|(index, _)| index)
+        self.extreme(cx, now, true)
     }
 
     /// Removes `r_remove` replies for this query, alternating oldest and worst.
@@ -349,6 +384,7 @@ impl<R: Rule> AsyncProbing<R> {
             p.remove_rate,
             p.delta,
         );
+        self.budget = RandomRound::new(self.b_reuse);
     }
 }
 
@@ -388,6 +424,14 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         let cx = self.rule.context_for(&self.pool);
         let chosen = match self.select(&cx, now) {
             Some(index) => self.pool.use_entry(index),
+            None if !self.failure_seen => {
+                // No replica is avoided: the same draw as `random_replica`, without its list.
+                let id = self
+                    .replicas
+                    .id_at(rng.random_range(0..self.replicas.len()));
+                tracing::trace!(policy = R::NAME, pool = self.pool.len(), chosen = %id, "random fallback");
+                Some(id)
+            }
             None => {
                 let id = random_replica(&self.replicas, now, &self.params.aversion, rng);
                 tracing::trace!(policy = R::NAME, pool = self.pool.len(), chosen = ?id, "random fallback");
@@ -413,6 +457,7 @@ impl<R: Rule> Policy for AsyncProbing<R> {
 
     fn on_complete(&mut self, replica: ReplicaId, completion: &Completion, now: Time) {
         self.pool.expire(now);
+        self.failure_seen |= completion.outcome.is_failure();
         if let Some(load) = self.replicas.get_mut(replica) {
             load.on_complete(completion.outcome, now, &self.params.aversion);
         }
@@ -441,12 +486,13 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         };
         self.replicas.at_mut(slot).on_probe_reply();
         self.rule.on_reply(probe.replica, report, now);
-        let budget = random_round(self.b_reuse, rng).max(1);
+        let budget = self.budget.sample(rng).max(1);
         self.pool.insert(Entry {
             replica: probe.replica,
             received: now,
             rif: report.rif,
             latency: report.latency,
+            latency_ns: duration_nanos(report.latency),
             uses: 0,
             budget,
             slot,
@@ -460,8 +506,13 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         }
     }
 
+    fn reads_probe_rates(&self) -> bool {
+        R::READS_RATES
+    }
+
     fn on_probe_failure(&mut self, probe: &ProbeRequest, now: Time) {
         self.pool.expire(now);
+        self.failure_seen = true;
         if let Some(load) = self.replicas.get_mut(probe.replica) {
             load.on_probe_failure();
         }

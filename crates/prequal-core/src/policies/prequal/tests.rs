@@ -412,6 +412,31 @@ fn same_seed_same_decisions() {
     assert_ne!(run(9), run(10), "the seed matters");
 }
 
+/// The async engine says it never reads a probe reply's rates (so the simulator may leave them
+/// out), and indeed its decisions are the same with or without them.
+#[test]
+fn decisions_ignore_the_rates_of_probe_replies() {
+    let load = |id: ReplicaId| report(id.0 % 4, 5 + u64::from(id.0 * 7 % 11));
+    let with_rates = |id: ReplicaId| LoadReport {
+        qps: Some(f64::from(id.0) * 10.0),
+        utilization: Some(f64::from(id.0 % 3) / 2.0),
+        error_rate: Some(f64::from(id.0 % 5) / 10.0),
+        ..load(id)
+    };
+    let outcome = |id: ReplicaId| {
+        if id.0 % 6 == 0 {
+            Outcome::Error
+        } else {
+            Outcome::Success
+        }
+    };
+    let mut p = policy(&Config::default(), 20);
+    assert!(!p.reads_probe_rates());
+    let without = drive(&mut p, 4, 500, load, outcome);
+    let mut p = policy(&Config::default(), 20);
+    assert_eq!(drive(&mut p, 4, 500, with_rates, outcome), without);
+}
+
 #[test]
 fn snapshot_shows_pool_hot_flags_and_threshold() {
     let config = Config {
