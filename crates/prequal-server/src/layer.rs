@@ -397,10 +397,10 @@ where
                         true
                     }
                     Some(Ok(frame)) => {
-                        if let Some(trailers) = frame.trailers_ref() {
-                            if *outcome == Outcome::Success {
-                                *outcome = grpc_outcome(trailers);
-                            }
+                        if let Some(trailers) = frame.trailers_ref()
+                            && *outcome == Outcome::Success
+                        {
+                            *outcome = grpc_outcome(trailers);
                         }
                         // Trailers are the last frame, and hyper stops polling once a body
                         // says it has ended or has sent all its declared length: in each case
@@ -410,10 +410,8 @@ where
                             || body.size_hint().exact() == Some(0)
                     }
                 };
-                if ended {
-                    if let Some(guard) = guard.take() {
-                        guard.finish(*outcome);
-                    }
+                if ended && let Some(guard) = guard.take() {
+                    guard.finish(*outcome);
                 }
                 Poll::Ready(polled)
             }

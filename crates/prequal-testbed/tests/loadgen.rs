@@ -83,14 +83,20 @@ async fn answer(behaviour: &Behaviour, counts: &Counts, version: Version) -> Res
     if let Some(until) = hold {
         tokio::time::sleep_until(until).await;
     }
-    if let Some((_, delay)) = behaviour.delay_every.filter(|&(every, _)| n % every == 0) {
+    if let Some((_, delay)) = behaviour
+        .delay_every
+        .filter(|&(every, _)| n.is_multiple_of(every))
+    {
         counts.delayed.fetch_add(1, Ordering::SeqCst);
         tokio::time::sleep(delay).await;
     }
     let mut status = StatusCode::OK;
     if behaviour.version.is_some_and(|v| v != version) {
         status = StatusCode::HTTP_VERSION_NOT_SUPPORTED;
-    } else if behaviour.error_every.is_some_and(|every| n % every == 0) {
+    } else if behaviour
+        .error_every
+        .is_some_and(|every| n.is_multiple_of(every))
+    {
         counts.errors.fetch_add(1, Ordering::SeqCst);
         status = StatusCode::SERVICE_UNAVAILABLE;
     }

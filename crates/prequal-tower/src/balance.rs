@@ -249,10 +249,10 @@ where
                 (query, pick)
             }
         };
-        if let Pick::Replica(replica) = pick {
-            if self.endpoints.get_ready(&replica).is_some() {
-                return Poll::Ready(Some((replica, query)));
-            }
+        if let Pick::Replica(replica) = pick
+            && self.endpoints.get_ready(&replica).is_some()
+        {
+            return Poll::Ready(Some((replica, query)));
         }
         // The policy had nothing ready to offer: any ready endpoint beats waiting.
         let index = self.driver.random_below(self.endpoints.ready_len());

@@ -326,12 +326,12 @@ impl Driver {
     /// could not be sent.
     fn drain(&self, state: &mut State, now: Time) -> Outbox {
         while let Some((query, pick)) = state.policy.poll_pick(now, &mut state.rng) {
-            if let Some((waiting, decided, waker)) = &mut state.waiting {
-                if *waiting == query {
-                    *decided = Some(pick);
-                    if let Some(waker) = waker.take() {
-                        waker.wake();
-                    }
+            if let Some((waiting, decided, waker)) = &mut state.waiting
+                && *waiting == query
+            {
+                *decided = Some(pick);
+                if let Some(waker) = waker.take() {
+                    waker.wake();
                 }
             }
         }

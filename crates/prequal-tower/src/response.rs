@@ -178,20 +178,18 @@ impl<B: Body> Body for ResponseBody<B> {
                 true
             }
             Some(Ok(frame)) => {
-                if let Some(trailers) = frame.trailers_ref() {
-                    if *this.outcome == Outcome::Success {
-                        *this.outcome = grpc_outcome(trailers);
-                    }
+                if let Some(trailers) = frame.trailers_ref()
+                    && *this.outcome == Outcome::Success
+                {
+                    *this.outcome = grpc_outcome(trailers);
                 }
                 // Trailers are the last frame, and a reader may stop once the body says it has
                 // ended: in either case no `None` may follow.
                 frame.is_trailers() || body.is_end_stream()
             }
         };
-        if ended {
-            if let Some(mut in_flight) = this.in_flight.take() {
-                in_flight.end(*this.outcome);
-            }
+        if ended && let Some(mut in_flight) = this.in_flight.take() {
+            in_flight.end(*this.outcome);
         }
         Poll::Ready(polled)
     }

@@ -288,10 +288,10 @@ impl Policy for YarpP2c {
     }
 
     fn on_probe_failure(&mut self, probe: &ProbeRequest, _now: Time) {
-        if let Some(state) = self.replicas.get_mut(probe.replica) {
-            if state.last_probe == Some(probe.id) {
-                state.reported = None;
-            }
+        if let Some(state) = self.replicas.get_mut(probe.replica)
+            && state.last_probe == Some(probe.id)
+        {
+            state.reported = None;
         }
     }
 

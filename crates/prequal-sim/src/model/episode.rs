@@ -69,8 +69,8 @@ impl ServerSet {
     pub fn contains(&self, index: u32) -> bool {
         match self {
             ServerSet::All => true,
-            ServerSet::Even => index % 2 == 0,
-            ServerSet::Odd => index % 2 == 1,
+            ServerSet::Even => index.is_multiple_of(2),
+            ServerSet::Odd => !index.is_multiple_of(2),
             ServerSet::Range(a, b) => (*a..*b).contains(&index),
             ServerSet::List(l) => l.contains(&index),
         }

@@ -111,10 +111,10 @@ impl Default for RifHistory {
 impl RifHistory {
     /// Records a reported RIF, forgetting the oldest beyond [`HISTORY_LEN`].
     pub fn push(&mut self, rif: u32) {
-        if self.recent.len() >= HISTORY_LEN {
-            if let Some(old) = self.recent.pop_front() {
-                self.forget(old);
-            }
+        if self.recent.len() >= HISTORY_LEN
+            && let Some(old) = self.recent.pop_front()
+        {
+            self.forget(old);
         }
         self.recent.push_back(rif);
         if let Some(count) = self.dense.get_mut(rif as usize) {

@@ -164,10 +164,10 @@ impl Pool {
     pub fn insert(&mut self, mut entry: Entry) -> Option<Entry> {
         entry.budget = entry.budget.max(1);
         let held = self.position(entry.replica);
-        if let Some(index) = held {
-            if self.entries[index].received > entry.received {
-                return None;
-            }
+        if let Some(index) = held
+            && self.entries[index].received > entry.received
+        {
+            return None;
         }
         let evicted = if let Some(index) = held {
             self.entries.remove(index)

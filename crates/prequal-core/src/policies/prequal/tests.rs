@@ -424,7 +424,7 @@ fn decisions_ignore_the_rates_of_probe_replies() {
         ..load(id)
     };
     let outcome = |id: ReplicaId| {
-        if id.0 % 6 == 0 {
+        if id.0.is_multiple_of(6) {
             Outcome::Error
         } else {
             Outcome::Success
