@@ -11,7 +11,7 @@
 //! policy instance behind a short-held mutex, feeds it dispatches, completions (error aversion
 //! sees every 5xx) and probe replies, and adds outlier ejection and slow start around it. The
 //! [`prober`] sends the probes the policy asks for and runs its timers; [`discovery`] keeps the
-//! replica lists current; [`admin`] serves `/metrics`, `/ready`, `/live` and per-cluster JSON.
+//! replica lists current; `admin` serves `/metrics`, `/ready`, `/live` and per-cluster JSON.
 //! The configuration ([`config`]) is documented key by key in `docs/config.md`, and running the
 //! proxy in `docs/proxy.md`.
 //!

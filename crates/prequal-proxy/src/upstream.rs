@@ -1,11 +1,11 @@
-//! Connections to the replicas: one [`Upstream`] per cluster and data-plane thread.
+//! Connections to the replicas: one `Upstream` per cluster and data-plane thread.
 //!
 //! **HTTP/1.1** has a pool of its own, built on `hyper::client::conn::http1`: per replica, a
 //! list of idle connections, found by the replica's id (a small ordered map, no hashing of a
 //! pool key) behind a lock that only its own thread takes on the hot path. A try takes the
 //! most recently used idle connection that is ready; else it waits at most a millisecond for
 //! one whose task is still settling its last exchange, and otherwise opens a new one
-//! ([`crate::connector`]: TCP, then TLS if the cluster has it, within `connect_timeout`). The
+//! (`connector`: TCP, then TLS if the cluster has it, within `connect_timeout`). The
 //! connection goes to the response body, which puts it back once the body has been read to its
 //! end or its trailers; a body dropped before that, or failed, takes its connection with it, so a connection with an
 //! unread response on the wire is never reused. Idle connections the replica closed, or idle

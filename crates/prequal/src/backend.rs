@@ -52,10 +52,10 @@ pub struct Args {
     /// Capacity model: guaranteed cores per replica.
     #[arg(long, default_value_t = 1.0, requires = "cost")]
     cores: f64,
-    /// Speed multiplier, inline: '{ servers = [2], factor = 0.5 }'. Repeatable.
+    /// Speed multiplier, inline: `'{ servers = [2], factor = 0.5 }'`. Repeatable.
     #[arg(long)]
     speed: Vec<String>,
-    /// Episode, inline: '{ servers = [0], start = "10s", end = "20s", slow = 4.0 }'. Repeatable.
+    /// Episode, inline: `'{ servers = [0], start = "10s", end = "20s", slow = 4.0 }'`. Repeatable.
     #[arg(long)]
     episode: Vec<String>,
     /// Seed of the replicas' random choices (flags mode; a scenario has its own).

@@ -23,7 +23,7 @@ use prequal_testbed::experiment::{self, Event, ExperimentReport, Options};
 pub struct Args {
     /// The scenario file (TOML; see docs/scenarios.md and docs/testbed.md).
     pub scenario: PathBuf,
-    /// Directory for the report (default: reports/<scenario name>-live).
+    /// Directory for the report (default: `reports/<scenario name>-live`).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Replace the scenario's seed.

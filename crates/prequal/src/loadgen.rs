@@ -38,7 +38,7 @@ pub struct Args {
     /// How long to send at --rate, e.g. 30s.
     #[arg(long, value_parser = humantime::parse_duration, requires = "rate")]
     duration: Option<Duration>,
-    /// Take the rate schedule from this scenario's [load] section (and its seed, latency
+    /// Take the rate schedule from this scenario's `[load]` section (and its seed, latency
     /// objective, deadline, arrivals and replica count as defaults).
     #[arg(long, value_name = "FILE.toml", required_unless_present = "rate")]
     scenario: Option<PathBuf>,
@@ -46,7 +46,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1.0, requires = "scenario")]
     time_scale: f64,
     /// Poisson arrivals (exponential gaps). Default: constant gaps, or the scenario's
-    /// [clients] arrivals.
+    /// `[clients]` arrivals.
     #[arg(long)]
     poisson: bool,
     /// Per query, from its intended send time; later is a timeout (default: the scenario's

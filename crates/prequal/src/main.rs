@@ -36,7 +36,7 @@ enum Command {
     Experiment(experiment::Args),
     /// Track one replica's load and answer probes in front of it (HTTP/1.1 and HTTP/2).
     Sidecar(sidecar::Args),
-    /// Emulated replicas on loopback ports, from a scenario's [servers] section or flags.
+    /// Emulated replicas on loopback ports, from a scenario's `[servers]` section or flags.
     Backend(backend::Args),
     /// Open-loop load against HTTP targets, timed from each query's intended send time.
     Loadgen(loadgen::Args),

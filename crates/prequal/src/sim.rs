@@ -21,7 +21,7 @@ use prequal_sim::scenario::{Compiled, Contender, Scenario};
 pub struct Args {
     /// The scenario file (TOML; see docs/scenarios.md).
     pub scenario: PathBuf,
-    /// Directory for report.json, summary.txt and plots (default: reports/<scenario name>).
+    /// Directory for report.json, summary.txt and plots (default: `reports/<scenario name>`).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Replace the scenario's seed.

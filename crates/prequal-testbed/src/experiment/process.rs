@@ -130,7 +130,7 @@ impl Child {
         )
     }
 
-    /// SIGTERM, up to [`GRACE`] to exit, then SIGKILL; always reaps the process.
+    /// SIGTERM, up to 3 s (`GRACE`) to exit, then SIGKILL; always reaps the process.
     pub fn stop(&mut self) {
         let Some(mut inner) = self.inner.take() else {
             return;
