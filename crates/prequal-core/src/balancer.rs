@@ -267,10 +267,12 @@ impl Balancer {
         now: Time,
         rng: &mut dyn RngCore,
     ) -> Option<ReplicaId> {
-        let mut chosen = match pick {
-            Pick::Replica(r) if self.members.get(r).is_some_and(|m| m.in_policy) => Some(r),
-            _ => None,
+        // The policy's pick and its member, if it may take the try.
+        let picked = match pick {
+            Pick::Replica(r) => self.members.get(r).filter(|m| m.in_policy).map(|m| (r, *m)),
+            Pick::Pending | Pick::NoReplica => None,
         };
+        let mut chosen = picked.map(|(r, _)| r);
         if chosen.is_none_or(|r| tried.contains(&r)) {
             let fallback = match strict {
                 Strict::No => chosen,
@@ -283,9 +285,8 @@ impl Balancer {
                 tried = tried.len(),
                 "replaced: ejected or tried"
             );
-        } else if let Some(r) = chosen
-            && let Some(m) = self.members.get(r)
-            && self.ramping(m, now)
+        } else if let Some((r, m)) = picked
+            && self.ramping(&m, now)
         {
             let factor = self.slow_start.factor(m.added_at, now);
             if rng.random_bool((1.0 - factor).clamp(0.0, 1.0)) {

@@ -374,10 +374,7 @@ impl LatencyEstimator {
     /// that is zero).
     pub fn stale_factor(&self, now: Time) -> f64 {
         let half_life = duration_nanos(self.config.stale_half_life);
-        let stale_since = self
-            .newest
-            .newest_at()
-            .saturating_add(duration_nanos(self.config.max_age));
+        let stale_since = self.stale_since().as_nanos();
         let now = now.as_nanos();
         if half_life == 0 || now <= stale_since {
             return 1.0;
@@ -717,6 +714,13 @@ struct AbandonedStall {
     last_abandon: Time,
 }
 
+impl AbandonedStall {
+    /// Still evidence at `now`: its last abandon is at most `max_age` old.
+    fn is_recent(&self, now: Time, max_age: Duration) -> bool {
+        now.saturating_since(self.last_abandon) <= max_age
+    }
+}
+
 impl LoadTracker {
     /// A tracker with nothing in flight and no samples.
     pub fn new(config: EstimatorConfig) -> Self {
@@ -796,7 +800,7 @@ impl LoadTracker {
         let max_age = self.estimator.config.max_age;
         let ongoing = self
             .abandoned_stall
-            .filter(|stall| now.saturating_since(stall.last_abandon) <= max_age);
+            .filter(|stall| stall.is_recent(now, max_age));
         if !overtaken {
             // A query that waited longer than any recent query took, with no later query
             // finished, shows a stall that began no later than it arrived; any query of an
@@ -858,7 +862,7 @@ impl LoadTracker {
         let stall = self.abandoned_stall?;
         if self.stalled_for(now).is_some() {
             Some(now.saturating_since(stall.since))
-        } else if now.saturating_since(stall.last_abandon) <= self.estimator.config.max_age {
+        } else if stall.is_recent(now, self.estimator.config.max_age) {
             Some(stall.last_abandon.saturating_since(stall.since))
         } else {
             None
