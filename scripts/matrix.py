@@ -26,6 +26,7 @@ for name in matrix:
     ps = [n for n in names if n not in ("prequal", "name")]
     if name in ("power-of-two-none", "power-of-two-moderate", "power-of-two-high", "power-of-two-central", "add-steps", "beyond-round-robin"):
         if "peak-ewma" not in ps: ps.append("peak-ewma")
+    if "least-time" not in ps: ps.append("least-time")
     conts = ", ".join(f'"{p}"' for p in ps) + ", " + ", ".join(variants)
     text = text[:m.start()] + f"contenders = [{conts}]\n" + text[m.end():]
     path = f"{TMP}/{name}.toml"

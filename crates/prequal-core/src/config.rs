@@ -160,6 +160,7 @@ policy_configs! {
     LeastLoaded => least_loaded, "least-loaded";
     LeastLoadedP2c => least_loaded_p2c, "least-loaded-p2c";
     PeakEwma => peak_ewma, "peak-ewma";
+    LeastTime => least_time, "least-time";
     YarpP2c => yarp_p2c, "yarp-p2c";
     Linear => linear, "linear";
     C3 => c3, "c3";

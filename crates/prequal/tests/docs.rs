@@ -54,6 +54,7 @@ fn every_policy_is_listed_by_the_text_form() {
         "least-loaded",
         "least-loaded-p2c",
         "peak-ewma",
+        "least-time",
         "yarp-p2c",
         "linear",
         "c3",

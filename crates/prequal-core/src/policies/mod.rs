@@ -7,6 +7,7 @@
 pub mod c3;
 pub mod least_loaded;
 pub mod least_loaded_p2c;
+pub mod least_time;
 pub mod linear;
 pub mod peak_ewma;
 pub mod prequal;
