@@ -10,7 +10,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio_rustls::TlsAcceptor;
 
-use prequal_server::tls::{PemFile, certified_key, server_config, watch};
+use prequal_http::tls::{PemFile, certified_key, server_config, watch};
 
 use super::TlsError;
 use super::config::ServerTlsConfig;

@@ -10,7 +10,7 @@ use rustls::sign::SingleCertAndKey;
 use rustls::{ClientConfig, RootCertStore};
 use tokio_rustls::TlsConnector;
 
-use prequal_server::tls::{PemFile, certified_key, watch};
+use prequal_http::tls::{PemFile, certified_key, watch};
 
 use super::config::UpstreamTlsConfig;
 use super::{ALPN_H2, ALPN_HTTP1, TlsError};
