@@ -19,6 +19,8 @@
 //! - [`serve`](mod@serve): the accept loop, one connection's task, the graceful drain, and
 //!   [`serve()`] for a tower service with HTTP/1.1 and h2c on one listener.
 //! - [`signal`]: [`shutdown_signal`], SIGINT or SIGTERM.
+//! - [`watch`]: polling files for change (modification time and size) and reloading what was
+//!   built from them, one rule for TLS certificates, the proxy's config file and replica lists.
 //! - `tls` (cargo feature `tls`): TLS with rustls shared by the sidecar and the proxy: PEM
 //!   files with errors naming the setting and the path, listener configs with ALPN and client
 //!   certificates, the bounded handshake, reload on file change, and `serve_tls`.
@@ -52,6 +54,7 @@ pub mod serve;
 pub mod signal;
 #[cfg(feature = "tls")]
 pub mod tls;
+pub mod watch;
 
 pub use body::{OnEnd, TrackedBody, track};
 pub use grpc::{grpc_outcome, head_outcome};
