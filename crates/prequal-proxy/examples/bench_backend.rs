@@ -15,7 +15,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use prequal_core::LoadReport;
-use prequal_server::protocol::{PROBE_PATH, encode_reply};
+use prequal_http::protocol::{PROBE_PATH, encode_reply};
 use tokio::net::TcpListener;
 
 #[tokio::main(flavor = "current_thread")]

@@ -1,27 +1,26 @@
-//! Body types: what the proxy sends upstream and downstream, and the wrapper that tells the
-//! policy when a response has really finished.
+//! Body types: what the proxy sends upstream and downstream, and the guard that tells the
+//! policy when a try has really finished.
 //!
 //! Bodies are streamed frame by frame, never collected. A try is "in flight" for the policy
 //! (client-local RIF) until its response body has been read to the end, failed, or been dropped
-//! because the client went away; [`Tracked`] reports that moment through a [`TryGuard`]. A try
-//! counts as a success only once its body has ended: one whose client left first is
-//! [`Outcome::Cancelled`].
+//! because the client went away. The response body is wrapped in prequal-http's
+//! [`TrackedBody`](prequal_http::TrackedBody), the one the replica side and the tower balancer use too, which reports the
+//! end to the try's [`TryGuard`]. A try counts as a success only once its body has ended: one
+//! whose client left first is [`Outcome::Cancelled`].
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
-use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
 use prequal_core::{LoadReport, Outcome, QueryId, ReplicaId};
+use prequal_http::OnEnd;
 
 use crate::cluster::{Chosen, Cluster};
 
 /// A boxed error, as body errors cross hyper's client and server.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub use prequal_http::BoxError;
 
 /// The body type the proxy forwards in both directions.
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
@@ -52,7 +51,7 @@ pub struct TryGuard {
     /// When it was dispatched.
     pub start: Instant,
     /// How it ended, as far as is known so far: [`Outcome::Cancelled`] until the response
-    /// has ended or failed.
+    /// has ended or failed (or its head has shown a failure).
     pub outcome: Outcome,
     /// A load report piggybacked on the response, if any.
     pub report: Option<LoadReport>,
@@ -76,6 +75,14 @@ impl TryGuard {
     }
 }
 
+/// The response body ended: the try is complete with the body's outcome (a success unless the
+/// head, the trailers or the body itself showed a failure).
+impl OnEnd for TryGuard {
+    fn on_end(mut self, outcome: Outcome) {
+        self.outcome = outcome;
+    }
+}
+
 impl Drop for TryGuard {
     fn drop(&mut self) {
         let latency = self.start.elapsed();
@@ -86,87 +93,5 @@ impl Drop for TryGuard {
             self.outcome,
             self.report.take(),
         );
-    }
-}
-
-pub use prequal_server::edge::grpc_outcome;
-
-/// Completes a try whose response body has ended: a success unless it already failed.
-fn finish(guard: &mut Option<TryGuard>) {
-    if let Some(mut guard) = guard.take()
-        && guard.outcome == Outcome::Cancelled
-    {
-        guard.outcome = Outcome::Success;
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// A response body that completes its [`TryGuard`] when it ends.
-    pub struct Tracked<B> {
-        #[pin]
-        inner: B,
-        guard: Option<TryGuard>,
-    }
-}
-
-impl<B> Tracked<B> {
-    /// Wraps `inner`; `guard` is completed at its end.
-    pub fn new(inner: B, guard: TryGuard) -> Self {
-        Self {
-            inner,
-            guard: Some(guard),
-        }
-    }
-}
-
-impl<B> Body for Tracked<B>
-where
-    B: Body<Data = Bytes>,
-    B::Error: Into<BoxError>,
-{
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let mut this = self.project();
-        let polled = this.inner.as_mut().poll_frame(cx);
-        match &polled {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(trailers) = frame.trailers_ref()
-                    && let outcome = grpc_outcome(trailers)
-                    && outcome.is_failure()
-                    && let Some(guard) = this.guard.as_mut()
-                {
-                    guard.outcome = outcome;
-                }
-                // Trailers are a body's last frame, and hyper polls no further a body that
-                // says it has ended or has sent all its declared length: its end is now.
-                if frame.is_trailers()
-                    || this.inner.is_end_stream()
-                    || this.inner.size_hint().exact() == Some(0)
-                {
-                    finish(this.guard);
-                }
-            }
-            Poll::Ready(None) => finish(this.guard),
-            Poll::Ready(Some(Err(_))) => {
-                if let Some(mut guard) = this.guard.take() {
-                    guard.outcome = Outcome::Error;
-                }
-            }
-            _ => {}
-        }
-        polled.map(|frame| frame.map(|r| r.map_err(Into::into)))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }

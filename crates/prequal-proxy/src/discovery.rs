@@ -2,18 +2,23 @@
 //!
 //! - **static** (`upstreams`): the list in the config, set once (a reload may change it);
 //! - **file** (`upstreams_file`): one `host:port` per line, blank lines and `#` comments
-//!   ignored, re-read every `discovery_interval` when its modification time or size changed;
+//!   ignored, re-read when its modification time or size changed, checked every
+//!   `discovery_interval` by prequal-http's file watch (`prequal_http::watch`), the one that
+//!   watches certificates and the config file too;
 //! - **DNS** (`upstreams_dns`): the name re-resolved every `discovery_interval`; each address
 //!   it resolves to is a replica.
 //!
 //! A file that cannot be read or lists no replica, or a name that does not resolve, keeps the
-//! last good list (and logs why): losing every replica because of one failed lookup would be worse than serving
-//! from a list a few seconds old. The watcher tasks hold a weak reference and end when the
-//! cluster is dropped after a reload. Kubernetes endpoints are not implemented.
+//! last good list (and logs why: a file once per version of it, and it is read again at every
+//! poll until it loads): losing every replica because of one failed lookup would be worse than
+//! serving from a list a few seconds old. The watcher tasks hold a weak reference and end when
+//! the cluster is dropped after a reload. Kubernetes endpoints are not implemented.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Weak};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
+
+use prequal_http::watch::{self, Reload};
 
 use crate::cluster::Cluster;
 
@@ -30,12 +35,10 @@ pub fn parse_list(text: &str) -> Vec<String> {
 pub fn start(cluster: &Arc<Cluster>) {
     let config = cluster.config();
     let interval = config.discovery_interval;
-    if let Some(path) = config.upstreams_file.clone() {
-        let weak = Arc::downgrade(cluster);
-        // Read once now so the cluster starts with its replicas.
-        let mut last = None;
-        poll_file(cluster, &path, &mut last);
-        tokio::spawn(watch_file(weak, path, interval, last));
+    if config.upstreams_file.is_some() {
+        // Read once now so the cluster starts with its replicas; a failure is logged, and the
+        // watch tries again.
+        let _ = watch::load_and_spawn(cluster, interval);
     } else if let Some(name) = config.upstreams_dns.clone() {
         let weak = Arc::downgrade(cluster);
         tokio::spawn(watch_dns(weak, name, interval));
@@ -44,45 +47,52 @@ pub fn start(cluster: &Arc<Cluster>) {
     }
 }
 
-type Stamp = (SystemTime, u64);
-
-fn poll_file(cluster: &Cluster, path: &Path, last: &mut Option<Stamp>) {
-    let stamp = std::fs::metadata(path).and_then(|m| Ok((m.modified()?, m.len())));
-    let stamp = match stamp {
-        Ok(stamp) => stamp,
-        Err(error) => {
-            tracing::warn!(cluster = cluster.name(), path = %path.display(), %error, "cannot read replica file; keeping the last list");
-            return;
-        }
-    };
-    if *last == Some(stamp) {
-        return;
-    }
-    match std::fs::read_to_string(path) {
-        Ok(text) => {
-            let list = parse_list(&text);
-            if list.is_empty() {
-                // Most likely a file caught half-written; an empty cluster is never useful.
-                tracing::warn!(cluster = cluster.name(), path = %path.display(), "replica file lists no replica; keeping the last list");
-                return;
-            }
-            cluster.set_members(&list);
-            *last = Some(stamp);
-        }
-        Err(error) => {
-            tracing::warn!(cluster = cluster.name(), path = %path.display(), %error, "cannot read replica file; keeping the last list");
-        }
-    }
+/// Why a replica file was not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplicaFileError {
+    /// The file could not be read.
+    #[error("cannot read replica file {}: {source}; keeping the last list", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file lists no replica: most likely caught half-written, and an empty cluster is
+    /// never useful.
+    #[error("replica file {} lists no replica; keeping the last list", path.display())]
+    Empty {
+        /// The file.
+        path: PathBuf,
+    },
 }
 
-async fn watch_file(weak: Weak<Cluster>, path: PathBuf, interval: Duration, last: Option<Stamp>) {
-    let mut last = last;
-    loop {
-        tokio::time::sleep(interval).await;
-        let Some(cluster) = weak.upgrade() else {
-            return;
+/// A cluster whose replicas come from `upstreams_file` reloads from it.
+impl Reload for Cluster {
+    type Error = ReplicaFileError;
+
+    fn files(&self) -> Vec<PathBuf> {
+        self.config().upstreams_file.iter().cloned().collect()
+    }
+
+    fn reload(&self) -> Result<(), ReplicaFileError> {
+        let Some(path) = &self.config().upstreams_file else {
+            return Ok(());
         };
-        poll_file(&cluster, &path, &mut last);
+        let text = std::fs::read_to_string(path).map_err(|source| ReplicaFileError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        let list = parse_list(&text);
+        if list.is_empty() {
+            return Err(ReplicaFileError::Empty { path: path.clone() });
+        }
+        self.set_members(&list);
+        Ok(())
+    }
+
+    fn what(&self) -> &str {
+        self.name()
     }
 }
 

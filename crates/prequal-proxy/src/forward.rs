@@ -27,7 +27,7 @@
 //! first (see [`crate::replay`]); larger ones stream to the first try and are never sent twice,
 //! so such a request is neither retried nor hedged. Every try is reported to the policy with
 //! its outcome (a 5xx is an error, so error aversion sees fast failures; so is a gRPC status
-//! that blames the server, see [`grpc_outcome`]).
+//! that blames the server, see [`head_outcome`] and [`prequal_http::grpc`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -38,16 +38,16 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use http::uri::Authority;
 use http::{HeaderValue, Method, Request, Response, StatusCode, Version, header};
-use http_body::Body;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use prequal_core::{Outcome, ReplicaId};
-use prequal_server::protocol::{LOAD_HEADER, parse_reply};
+use prequal_http::protocol::{LOAD_HEADER, parse_reply};
+use prequal_http::{TrackedBody, head_outcome};
 
 use crate::access_log::Served;
-use crate::body::{ProxyBody, Tracked, TryGuard, full, grpc_outcome};
+use crate::body::{ProxyBody, TryGuard, full};
 use crate::cluster::{Cluster, Strict};
-use crate::headers::{ClientHop, add_forwarding, strip_hop_by_hop};
+use crate::headers::{ClientHop, Direction, add_forwarding, strip_hop_by_hop};
 use crate::replay::RequestBody;
 use crate::upstream::UpstreamBody;
 
@@ -299,7 +299,7 @@ fn prepare_headers(parts: &mut http::request::Parts, client: &ClientHop, upstrea
             parts.headers.insert("x-forwarded-host", host);
         }
     }
-    strip_hop_by_hop(&mut parts.headers, true);
+    strip_hop_by_hop(&mut parts.headers, Direction::Request);
     add_forwarding(&mut parts.headers, client, parts.version);
 }
 
@@ -373,18 +373,14 @@ fn relay(response: Response<UpstreamBody>, mut guard: TryGuard) -> Step {
         .get(LOAD_HEADER)
         .and_then(|v| parse_reply(v.as_bytes()).ok());
     guard.answered = Some(guard.start.elapsed());
+    let outcome = head_outcome(response.status(), response.headers());
     let failed = response.status().is_server_error();
-    let grpc = grpc_outcome(response.headers());
-    if failed {
-        guard.outcome = Outcome::Error;
-    } else if grpc.is_failure() {
-        guard.outcome = grpc;
-    } else if response.body().is_end_stream() {
-        // Nobody polls a body that is known to be empty, so its end is now.
-        guard.outcome = Outcome::Success;
+    if outcome.is_failure() {
+        // Known from the head: the try is a failure even if its body is never read.
+        guard.outcome = outcome;
     }
     let (mut parts, body) = response.into_parts();
-    strip_hop_by_hop(&mut parts.headers, false);
+    strip_hop_by_hop(&mut parts.headers, Direction::Response);
     // The replica's HTTP version is per hop; hyper answers the client in the client's version.
     parts.version = Version::HTTP_11;
     let body = match failed {
@@ -395,7 +391,9 @@ fn relay(response: Response<UpstreamBody>, mut guard: TryGuard) -> Step {
             drop(guard);
             body.map_err(Into::into).boxed_unsync()
         }
-        false => Tracked::new(body, guard).boxed_unsync(),
+        false => TrackedBody::new(body, outcome, guard)
+            .map_err(Into::into)
+            .boxed_unsync(),
     };
     let response = Response::from_parts(parts, body);
     match failed {

@@ -1,8 +1,8 @@
 //! Header handling for a forwarding proxy (RFC 9110 section 7.6).
 //!
 //! Hop-by-hop headers describe one connection, not the message, so they are removed in both
-//! directions by [`strip_hop_by_hop`], the one the sidecar uses too (`prequal_server::edge`).
-//! On requests the proxy then records itself: the client's address is appended to
+//! directions by [`strip_hop_by_hop`], the one rule the sidecar follows too
+//! (`prequal_http::headers`, re-exported here). On requests the proxy then records itself: the client's address is appended to
 //! `X-Forwarded-For` and to `Forwarded` (RFC 7239), and `Via` gets this hop. This runs on
 //! every request, so the client's address is formatted once per connection ([`ClientHop`]),
 //! not once per request.
@@ -12,7 +12,7 @@ use std::net::{IpAddr, SocketAddr};
 use http::Version;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-pub use prequal_server::edge::strip_hop_by_hop;
+pub use prequal_http::headers::{Direction, strip_hop_by_hop};
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 

@@ -49,4 +49,7 @@ pub mod tls;
 pub mod upstream;
 
 pub use config::{ClusterConfig, ConfigError, ProxyConfig, RouteConfig, UpstreamProtocol};
-pub use server::{Proxy, ProxyError, ProxyHandle, shutdown_signal};
+/// Completes on SIGINT or SIGTERM: the shutdown future `prequal proxy` passes to
+/// [`Proxy::run`] (re-exported from `prequal_http::signal`).
+pub use prequal_http::shutdown_signal;
+pub use server::{Proxy, ProxyError, ProxyHandle};

@@ -3,7 +3,7 @@
 //! **Probes.** After every event a cluster drains the probes its policy asks for and hands them
 //! here once its lock is released. Each probe is its own small task (so a request never waits
 //! for a probe) that sends `GET /.prequal/probe?v=1` (the protocol of
-//! `prequal_server::protocol`, with the sync-mode hint when there is one) over a connection
+//! `prequal_http::protocol`, with the sync-mode hint when there is one) over a connection
 //! pool of its own ([`crate::upstream`]), waits at most the policy's `probe_timeout()`, and
 //! reports the parsed [`LoadReport`] or a failure back to the policy. A probe that timed out is
 //! still read to its end (for up to a second) so that its connection is reused, not replaced.
@@ -30,8 +30,8 @@ use std::time::Duration;
 use http::HeaderValue;
 use http::uri::PathAndQuery;
 use prequal_core::{LoadReport, ProbeRequest};
-use prequal_server::edge::read_probe_reply;
-use prequal_server::protocol::probe_path_and_query;
+use prequal_http::protocol::probe_path_and_query;
+use prequal_http::read_probe_reply;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::body::{BoxError, empty};

@@ -3,11 +3,15 @@
 //!
 //! A reload reads and validates the whole file first and swaps the routing table only if that
 //! worked, so a file with an error is logged and the running configuration stays in force.
-//! Change detection polls the file's modification time and size every `interval` (no
-//! platform file-notification dependency; one `stat` per second costs nothing).
+//! Change detection is prequal-http's file watch (`prequal_http::watch`: modification time and
+//! size, polled every `interval`), the same as for certificates and `upstreams_file`: a file
+//! that fails to load is logged once and tried again at every poll until it loads.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
+use std::time::Duration;
+
+use prequal_http::watch::{self, Reload};
 
 use crate::config::ProxyConfig;
 use crate::server::{ProxyError, ProxyHandle};
@@ -18,28 +22,32 @@ pub fn reload_from_file(handle: &ProxyHandle, path: &Path) -> Result<(), ProxyEr
     handle.reload(&config)
 }
 
-/// What identifies a version of the file.
-fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
-    let meta = std::fs::metadata(path).ok()?;
-    Some((meta.modified().ok()?, meta.len()))
-}
-
 /// Watches `path` every `interval` and reloads it when it changes, logging refused reloads.
 /// Runs until the task is dropped.
 pub async fn watch_file(handle: ProxyHandle, path: PathBuf, interval: Duration) {
-    let mut last = stamp(&path);
-    loop {
-        tokio::time::sleep(interval).await;
-        let now = stamp(&path);
-        if now == last {
-            continue;
-        }
-        last = now;
-        match reload_from_file(&handle, &path) {
-            Ok(()) => {}
-            Err(error) => {
-                tracing::error!(%error, "reload refused; the running configuration stays")
-            }
-        }
+    let file = Arc::new(ConfigFile { handle, path });
+    // The future owns the file, so the watch runs as long as the future does.
+    watch::watch(Arc::downgrade(&file), interval).await;
+}
+
+/// The proxy's config file, as the file watch sees it.
+struct ConfigFile {
+    handle: ProxyHandle,
+    path: PathBuf,
+}
+
+impl Reload for ConfigFile {
+    type Error = ProxyError;
+
+    fn files(&self) -> Vec<PathBuf> {
+        vec![self.path.clone()]
+    }
+
+    fn reload(&self) -> Result<(), ProxyError> {
+        reload_from_file(&self.handle, &self.path)
+    }
+
+    fn what(&self) -> &str {
+        "config file"
     }
 }

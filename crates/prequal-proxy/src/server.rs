@@ -28,10 +28,10 @@ use std::time::Instant;
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use prequal_server::tls::{builder_for_alpn, handshake};
+use prequal_http::serve::{accept_until, drain, spawn_connection, spawn_tls_connection};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
@@ -238,29 +238,14 @@ impl Proxy {
             .collect();
         let local = Serving::new(&server, &shared);
         let mut next = 0usize;
-        tokio::pin!(shutdown);
-        loop {
-            let accepted = tokio::select! {
-                accepted = listener.accept() => accepted,
-                () = &mut shutdown => break,
-            };
-            let (stream, remote) = match accepted {
-                Ok(pair) => pair,
-                Err(error) => {
-                    // Usually out of file descriptors: back off instead of spinning.
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                    continue;
-                }
-            };
-            let _ = stream.set_nodelay(true);
+        let deal = |stream, remote| {
             next = (next + 1) % (workers.len() + 1);
             match next.checked_sub(1).and_then(|i| workers.get(i)) {
                 None => local.serve(stream, remote, &shared),
                 Some(worker) => worker.hand_over(stream, remote, &local, &shared),
             }
-        }
-        drop(listener);
+        };
+        accept_until(listener, shutdown, deal).await;
         shared.draining.store(true, Ordering::Relaxed);
         tracing::info!("draining in-flight requests");
         // Closing a worker's queue makes it drain; all threads drain at the same time.
@@ -317,41 +302,20 @@ impl Serving {
         let limits = self.limits;
         let service =
             service_fn(move |req| handle(Arc::clone(&state), req, Arc::clone(&client), limits));
-        let Some(tls) = &self.tls else {
-            let conn = self
-                .builder
-                .serve_connection(TokioIo::new(stream), service)
-                .into_owned();
-            tokio::spawn(log_end(self.graceful.watch(conn)));
-            return;
-        };
-        // Watched from now on, so that a drain waits for a handshake under way (at most its
-        // timeout) and then tells the new connection to close.
-        let watcher = self.graceful.watcher();
-        let builder = self.builder.clone();
-        let acceptor = tls.acceptor();
-        let limit = tls.handshake_timeout();
-        tokio::spawn(async move {
-            let Some(stream) = handshake(acceptor, stream, limit, remote).await else {
-                return;
-            };
-            let builder = builder_for_alpn(&builder, &stream);
-            let conn = builder
-                .serve_connection(TokioIo::new(stream), service)
-                .into_owned();
-            log_end(watcher.watch(conn)).await;
-        });
+        match &self.tls {
+            None => spawn_connection(&self.builder, stream, remote, service, &self.graceful),
+            Some(tls) => {
+                let handshake = (tls.acceptor(), tls.handshake_timeout());
+                let graceful = &self.graceful;
+                spawn_tls_connection(&self.builder, stream, remote, service, handshake, graceful);
+            }
+        }
     }
 
     /// Closes idle connections, sends GOAWAY on HTTP/2 ones, and waits for requests in flight
     /// (at most `limit`).
     async fn drain(self, limit: std::time::Duration) {
-        if tokio::time::timeout(limit, self.graceful.shutdown())
-            .await
-            .is_err()
-        {
-            tracing::warn!("drain timeout reached; closing remaining connections");
-        }
+        drain(self.graceful, limit).await;
     }
 }
 
@@ -437,12 +401,6 @@ fn connection_builder(server: &ServerConfig) -> auto::Builder<TokioExecutor> {
     builder
 }
 
-async fn log_end<E: std::fmt::Display>(connection: impl Future<Output = Result<(), E>>) {
-    if let Err(error) = connection.await {
-        tracing::debug!(%error, "connection ended with an error");
-    }
-}
-
 async fn handle(
     shared: Arc<Shared>,
     mut request: Request<Incoming>,
@@ -502,30 +460,4 @@ async fn handle(
     }
     response.headers_mut().insert(REQUEST_ID, id);
     Ok(response)
-}
-
-/// Completes on SIGINT or SIGTERM (on Unix; SIGINT only elsewhere): the shutdown future
-/// `prequal proxy` passes to [`Proxy::run`].
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut stream) => {
-                stream.recv().await;
-            }
-            // Without a SIGTERM handler the default action (exit) applies; wait for SIGINT.
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
-    }
-    tracing::info!("shutdown signal received; draining");
 }

@@ -1,9 +1,13 @@
-//! The proxy and the sidecar over mutual TLS, on loopback, with certificates made in the test:
-//! sidecars (the library pieces `prequal sidecar` is made of: `Forward`, `ProbeLayer`,
-//! `serve_tls`) that admit only clients with a certificate from one CA, in front of plain
-//! replicas; a proxy with that client certificate reaches them for requests and probes over
-//! HTTP/1.1 and HTTP/2; clients without it are refused; the sidecar's certificate and client
-//! CA reload on file change; bad files are errors naming the flag and the path.
+//! The proxy and the sidecar's TLS over mutual TLS, on loopback, with certificates made in the
+//! test: replicas served by the listener TLS `prequal sidecar --tls-cert` serves with
+//! (`prequal_http::tls::ReplicaTls` and `prequal_http::serve_tls`) that admit only clients with
+//! a certificate from one CA; a proxy with that client certificate reaches them for requests
+//! and probes over HTTP/1.1 and HTTP/2; clients without it are refused; the certificate and
+//! client CA reload on file change; bad files are errors naming the flag and the path.
+//!
+//! The replicas answer requests and probes themselves, so this test needs nothing of
+//! prequal-server: the sidecar's forwarding and probe layer behind this same TLS are tested
+//! end to end through the `prequal sidecar` binary (crates/prequal/tests/replica_tools.rs).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -20,47 +24,32 @@ use common::*;
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use prequal_core::EstimatorConfig;
-use prequal_server::tls::{ReplicaTls, ReplicaTlsConfig};
-use prequal_server::{Forward, ProbeLayer, SharedTracker, serve_tls};
+use prequal_http::tls::{ReplicaTls, ReplicaTlsConfig};
 use rustls::pki_types::{CertificateDer, ServerName};
-use tokio::sync::oneshot;
 
 /// Bound on every network step of a test.
 const GUARD: Duration = Duration::from_secs(10);
 
-/// A sidecar on 127.0.0.1, assembled as `prequal sidecar` assembles it; stops when dropped.
-struct Sidecar {
+/// A replica on 127.0.0.1 behind the sidecar's listener TLS; stops when dropped.
+struct TlsReplica {
     addr: SocketAddr,
     tls: Arc<ReplicaTls>,
-    _stop: oneshot::Sender<()>,
+    backend: Backend,
 }
 
-impl Sidecar {
-    async fn start(upstream: SocketAddr, config: &ReplicaTlsConfig) -> Sidecar {
+impl TlsReplica {
+    async fn start(config: &ReplicaTlsConfig) -> TlsReplica {
         let tls = ReplicaTls::load(config).unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let tracker = Arc::new(SharedTracker::new(EstimatorConfig::default()));
-        let service = tower::ServiceBuilder::new()
-            .layer(ProbeLayer::new(tracker))
-            .service(Forward::new(&upstream.to_string()).unwrap());
-        let (stop, stopped) = oneshot::channel::<()>();
-        let shutdown = async move {
-            let _ = stopped.await;
-        };
-        tokio::spawn(serve_tls(
-            listener,
-            service,
-            Arc::clone(&tls),
-            shutdown,
-            GUARD,
-        ));
-        Sidecar {
-            addr,
+        let backend = Backend::start_replica_tls(Arc::clone(&tls)).await;
+        TlsReplica {
+            addr: backend.addr,
             tls,
-            _stop: stop,
+            backend,
         }
+    }
+
+    fn hits(&self) -> u64 {
+        self.backend.hits()
     }
 }
 
@@ -191,7 +180,7 @@ where
 }
 
 /// A proxy config with one cluster of `sidecars`, spoken to over TLS with `tls_lines`.
-fn proxy_config(sidecars: &[&Sidecar], proto: Proto, tls_lines: &str) -> String {
+fn proxy_config(sidecars: &[&TlsReplica], proto: Proto, tls_lines: &str) -> String {
     let upstreams: Vec<String> = sidecars.iter().map(|s| format!("\"{}\"", s.addr)).collect();
     format!(
         "[server]\nlisten = \"127.0.0.1:0\"\ndrain_timeout = \"5s\"\n\
@@ -230,10 +219,9 @@ async fn proxy_reaches_sidecars_over_mutual_tls(proto: Proto) {
     );
     let ca_path = dir.write("sidecars-ca.pem", &sidecars_ca.pem);
     let (client_cert, client_key) = dir.leaf("proxy-client", &clients_ca.client("proxy"));
-    let services = [Backend::start().await, Backend::start().await];
     let sidecars = [
-        Sidecar::start(services[0].addr, &files.config()).await,
-        Sidecar::start(services[1].addr, &files.config()).await,
+        TlsReplica::start(&files.config()).await,
+        TlsReplica::start(&files.config()).await,
     ];
     let text = proxy_config(
         &[&sidecars[0], &sidecars[1]],
@@ -257,10 +245,10 @@ async fn proxy_reaches_sidecars_over_mutual_tls(proto: Proto) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(probed > 0.0, "probes over mutual TLS were answered");
-    let hits: u64 = services.iter().map(Backend::hits).sum();
+    let hits: u64 = sidecars.iter().map(TlsReplica::hits).sum();
     assert!(hits >= 20, "{hits}");
 
-    // Without a client certificate, the sidecars refuse the proxy: nothing reaches the services.
+    // Without a client certificate, the replicas refuse the proxy: nothing gets through.
     let text = proxy_config(
         &[&sidecars[0], &sidecars[1]],
         proto,
@@ -268,7 +256,7 @@ async fn proxy_reaches_sidecars_over_mutual_tls(proto: Proto) {
     );
     let refused = start_proxy(&text).await;
     assert_eq!(get(&http, refused.addr, "/work").await.0, 502);
-    assert_eq!(services.iter().map(Backend::hits).sum::<u64>(), hits);
+    assert_eq!(sidecars.iter().map(TlsReplica::hits).sum::<u64>(), hits);
 }
 
 over_h1_and_h2!(
@@ -290,8 +278,7 @@ async fn sidecar_admits_only_clients_of_its_ca() {
         &sidecars_ca.server(&["127.0.0.1"]),
         &clients_ca,
     );
-    let service = Backend::start().await;
-    let sidecar = Sidecar::start(service.addr, &files.config()).await;
+    let sidecar = TlsReplica::start(&files.config()).await;
     let member = clients_ca.client("proxy");
     for proto in [Proto::H1, Proto::H2] {
         let answer = get_over_tls(sidecar.addr, &sidecars_ca, Some(&member), proto, "/work")
@@ -303,7 +290,7 @@ async fn sidecar_admits_only_clients_of_its_ca() {
             Proto::H2 => b"h2",
         };
         assert_eq!(answer.alpn.as_deref(), Some(expected));
-        // The sidecar answers probes itself, over the same TLS.
+        // Probes are answered over the same TLS.
         let probe = get_over_tls(
             sidecar.addr,
             &sidecars_ca,
@@ -314,7 +301,7 @@ async fn sidecar_admits_only_clients_of_its_ca() {
         .await
         .unwrap();
         assert_eq!(probe.status, 200);
-        prequal_server::protocol::parse_reply(probe.body.as_bytes()).unwrap();
+        prequal_http::protocol::parse_reply(probe.body.as_bytes()).unwrap();
     }
     let outsiders = [
         (None, "no certificate"),
@@ -331,7 +318,7 @@ async fn sidecar_admits_only_clients_of_its_ca() {
             );
         }
     }
-    assert_eq!(service.hits(), 2);
+    assert_eq!(sidecar.hits(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -342,8 +329,7 @@ async fn sidecar_certificates_and_client_ca_reload_on_change() {
     let later_ca = Ca::new("later clients CA");
     let first = sidecars_ca.server(&["127.0.0.1"]);
     let files = SidecarFiles::write(&dir, "sidecar", &first, &clients_ca);
-    let service = Backend::start().await;
-    let sidecar = Sidecar::start(service.addr, &files.config()).await;
+    let sidecar = TlsReplica::start(&files.config()).await;
     let member = clients_ca.client("proxy");
     let newcomer = later_ca.client("proxy");
     let answer = get_over_tls(

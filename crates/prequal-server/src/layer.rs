@@ -9,13 +9,14 @@
 //!   gets 400 (405 for a method other than GET/HEAD) with the reason as text;
 //! - any other request counts in flight from arrival until its response **body** ends, because
 //!   a streamed response still occupies the replica (the paper counts a query until the
-//!   application hands its response back). The body is wrapped: its end (or the frame after
-//!   which it reports end of stream) records the latency and outcome; a body dropped before
-//!   its end (the client went away) only leaves the in-flight count, so a truncated latency
-//!   never enters the estimate;
-//! - the outcome is an error for a 5xx status, a service error, a body error, or a gRPC status
-//!   that signals a server fault (UNKNOWN, RESOURCE_EXHAUSTED, INTERNAL, UNAVAILABLE,
-//!   DATA_LOSS) in headers or trailers; DEADLINE_EXCEEDED is a timeout;
+//!   application hands its response back). The body is wrapped in prequal-http's
+//!   [`TrackedBody`]: its end (or the frame after which it reports end of stream) records the
+//!   latency and outcome; a body dropped before its end (the client went away) only leaves the
+//!   in-flight count, so a truncated latency never enters the estimate;
+//! - the outcome is an error for a service error, and otherwise the one rule of
+//!   `prequal_http::grpc`: an error for a 5xx status, a body error, or a gRPC status that
+//!   signals a server fault (UNKNOWN, RESOURCE_EXHAUSTED, INTERNAL, UNAVAILABLE, DATA_LOSS) in
+//!   headers or trailers; DEADLINE_EXCEEDED is a timeout;
 //! - optionally ([`ProbeLayer::piggyback`], default off) every response carries the current
 //!   load in the [`LOAD_HEADER`] header, so clients learn it
 //!   without probing.
@@ -49,10 +50,10 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use prequal_core::{Arrival, LoadReport, Outcome};
+use prequal_http::protocol::{self, LOAD_HEADER, PROBE_PATH, RequestError};
+use prequal_http::{OnEnd, TrackedBody};
 use tower::{Layer, Service};
 
-use crate::edge::grpc_outcome;
-use crate::protocol::{self, LOAD_HEADER, PROBE_PATH, RequestError};
 use crate::tracker::SharedTracker;
 
 /// Adjusts the reported load for a query hint (sync mode): `(hint, report) -> report`.
@@ -164,7 +165,7 @@ where
     ResB: Body,
     ResB::Data: From<Bytes>,
 {
-    type Response = Response<TrackedBody<ResB>>;
+    type Response = Response<ProbeBody<ResB>>;
     type Error = S::Error;
     type Future = ResponseFuture<S::Future>;
 
@@ -243,13 +244,13 @@ where
     B: Body,
     B::Data: From<Bytes>,
 {
-    type Output = Result<Response<TrackedBody<B>>, E>;
+    type Output = Result<Response<ProbeBody<B>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
             StateProj::Reply { reply } => {
                 let (status, text) = reply.take().unwrap_or_default();
-                let mut response = Response::new(TrackedBody::reply(Bytes::from(text)));
+                let mut response = Response::new(ProbeBody::reply(Bytes::from(text)));
                 *response.status_mut() = status;
                 response.headers_mut().insert(
                     header::CONTENT_TYPE,
@@ -287,36 +288,22 @@ fn track_response<B: Body>(
     response: Response<B>,
     guard: Guard,
     piggyback: bool,
-) -> Response<TrackedBody<B>> {
+) -> Response<ProbeBody<B>> {
     let (mut parts, body) = response.into_parts();
-    let outcome = if parts.status.is_server_error() {
-        Outcome::Error
-    } else {
-        grpc_outcome(&parts.headers)
-    };
     if piggyback {
         let line = protocol::encode_reply(&guard.tracker.report());
         if let Ok(value) = HeaderValue::from_str(&line) {
             parts.headers.insert(LOAD_HEADER, value);
         }
     }
-    let guard = if body.is_end_stream() {
-        guard.finish(outcome);
-        None
-    } else {
-        Some(guard)
-    };
-    let body = TrackedBody {
-        kind: Kind::Tracked {
-            body,
-            guard,
-            outcome,
-        },
-    };
-    Response::from_parts(parts, body)
+    let response = prequal_http::track(Response::from_parts(parts, body), guard);
+    response.map(|body| ProbeBody {
+        kind: Kind::Tracked { body },
+    })
 }
 
-/// Keeps a query counted in flight until it is finished or dropped.
+/// Keeps a query counted in flight until its response body ends (then its latency and outcome
+/// are recorded) or is dropped before (then it only leaves the count).
 struct Guard {
     tracker: Arc<SharedTracker>,
     arrival: Option<Arrival>,
@@ -330,6 +317,12 @@ impl Guard {
     }
 }
 
+impl OnEnd for Guard {
+    fn on_end(self, outcome: Outcome) {
+        self.finish(outcome);
+    }
+}
+
 impl Drop for Guard {
     fn drop(&mut self) {
         if let Some(arrival) = self.arrival.take() {
@@ -339,8 +332,9 @@ impl Drop for Guard {
 }
 
 pin_project! {
-    /// A response body: either a probe reply, or the service's body, tracked until its end.
-    pub struct TrackedBody<B> {
+    /// The response body of a [`ProbeService`]: a probe reply, or the service's body in a
+    /// [`TrackedBody`] that keeps the query in flight until it ends.
+    pub struct ProbeBody<B> {
         #[pin]
         kind: Kind<B>,
     }
@@ -350,11 +344,11 @@ pin_project! {
     #[project = KindProj]
     enum Kind<B> {
         Reply { data: Option<Bytes> },
-        Tracked { #[pin] body: B, guard: Option<Guard>, outcome: Outcome },
+        Tracked { #[pin] body: TrackedBody<B, Guard> },
     }
 }
 
-impl<B> TrackedBody<B> {
+impl<B> ProbeBody<B> {
     fn reply(data: Bytes) -> Self {
         Self {
             kind: Kind::Reply { data: Some(data) },
@@ -362,13 +356,13 @@ impl<B> TrackedBody<B> {
     }
 }
 
-impl<B> fmt::Debug for TrackedBody<B> {
+impl<B> fmt::Debug for ProbeBody<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TrackedBody").finish_non_exhaustive()
+        f.debug_struct("ProbeBody").finish_non_exhaustive()
     }
 }
 
-impl<B> Body for TrackedBody<B>
+impl<B> Body for ProbeBody<B>
 where
     B: Body,
     B::Data: From<Bytes>,
@@ -384,44 +378,14 @@ where
             KindProj::Reply { data } => {
                 Poll::Ready(data.take().map(|d| Ok(Frame::data(B::Data::from(d)))))
             }
-            KindProj::Tracked {
-                mut body,
-                guard,
-                outcome,
-            } => {
-                let polled = ready!(body.as_mut().poll_frame(cx));
-                let ended = match &polled {
-                    None => true,
-                    Some(Err(_)) => {
-                        *outcome = Outcome::Error;
-                        true
-                    }
-                    Some(Ok(frame)) => {
-                        if let Some(trailers) = frame.trailers_ref()
-                            && *outcome == Outcome::Success
-                        {
-                            *outcome = grpc_outcome(trailers);
-                        }
-                        // Trailers are the last frame, and hyper stops polling once a body
-                        // says it has ended or has sent all its declared length: in each case
-                        // there will be no `None` to see.
-                        frame.is_trailers()
-                            || body.is_end_stream()
-                            || body.size_hint().exact() == Some(0)
-                    }
-                };
-                if ended && let Some(guard) = guard.take() {
-                    guard.finish(*outcome);
-                }
-                Poll::Ready(polled)
-            }
+            KindProj::Tracked { body } => body.poll_frame(cx),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
             Kind::Reply { data } => data.is_none(),
-            Kind::Tracked { body, .. } => body.is_end_stream(),
+            Kind::Tracked { body } => body.is_end_stream(),
         }
     }
 
@@ -430,7 +394,7 @@ where
             Kind::Reply { data } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
-            Kind::Tracked { body, .. } => body.size_hint(),
+            Kind::Tracked { body } => body.size_hint(),
         }
     }
 }

@@ -2,34 +2,33 @@
 //!
 //! The replica side of prequal: what a server needs so that Prequal clients can probe it.
 //!
-//! - [`protocol`]: the probe protocol, both sides, with no async dependencies (the proxy and
-//!   the testbed reuse it); specified in `docs/probe-protocol.md`.
 //! - [`tracker`]: [`SharedTracker`], the core's load tracker made thread-safe (atomic RIF,
 //!   samples under a short lock).
 //! - [`layer`]: [`ProbeLayer`], a tower layer for hyper, axum and tonic servers that counts
 //!   requests in flight until their response body ends, records latency and outcome, and
 //!   answers probes.
-//! - [`serve`](mod@serve): serving a tower service with HTTP/1.1 and h2c on one listener, with graceful
-//!   shutdown.
 //! - [`sidecar`]: [`Forward`], the transparent forwarder behind `prequal sidecar`.
-//! - [`edge`]: what every HTTP hop does the same way: hop-by-hop headers and what a gRPC
-//!   status says about the replica (shared with the proxy and the tower balancer).
-//! - `tls` (cargo feature `tls`): TLS with rustls shared by the sidecar and the proxy: PEM
-//!   files with errors naming the setting and the path, listener configs with ALPN and client
-//!   certificates, reload on file change, and `serve_tls`.
+//!
+//! The HTTP edge this crate shares with the proxy and the tower balancer lives in
+//! `prequal-http`: the probe protocol, hop-by-hop headers, gRPC status classification, the
+//! tracked response body, the serve loop, the shutdown signal and TLS. So that a replica's code
+//! needs one dependency, the parts a replica uses are re-exported here unchanged:
+//! [`protocol`], [`serve()`](serve()), [`serve_tls`] and the `tls` module (cargo feature
+//! `tls`), [`shutdown_signal`] and [`BoxError`].
 
-pub mod edge;
 pub mod layer;
-pub mod protocol;
-pub mod serve;
 pub mod sidecar;
-#[cfg(feature = "tls")]
-pub mod tls;
 pub mod tracker;
 
-pub use layer::{HintHook, ProbeHook, ProbeLayer, ProbeService, TrackedBody};
+/// The probe protocol, version 1 (re-exported from `prequal_http::protocol`).
+pub use prequal_http::protocol;
+/// TLS with rustls for the replica's listener (re-exported from `prequal_http::tls`).
 #[cfg(feature = "tls")]
-pub use serve::serve_tls;
-pub use serve::{BoxError, serve, shutdown_signal};
+pub use prequal_http::tls;
+
+pub use layer::{HintHook, ProbeBody, ProbeHook, ProbeLayer, ProbeService};
+#[cfg(feature = "tls")]
+pub use prequal_http::serve_tls;
+pub use prequal_http::{BoxError, serve, shutdown_signal};
 pub use sidecar::{Forward, ProxyBody, UpstreamError};
 pub use tracker::{Clock, SharedTracker};

@@ -4,7 +4,8 @@
 //! Clients (and Prequal proxies) talk to the sidecar as if it were the replica. Each request is
 //! forwarded to the upstream over a pooled connection of the same protocol version it arrived
 //! with (HTTP/2 stays HTTP/2, so gRPC and its trailers pass through), with hop-by-hop headers
-//! removed as RFC 9110 section 7.6.1 requires. Bodies stream in both directions; nothing is
+//! removed as RFC 9110 section 7.6.1 requires, by the rule the proxy follows too
+//! (`prequal_http::headers`). Bodies stream in both directions; nothing is
 //! buffered. The [`ProbeLayer`](crate::ProbeLayer) in front counts each request in flight until
 //! the upstream's response body has been fully relayed, so the replica's RIF and latency are
 //! what its clients see, minus the network.
@@ -27,9 +28,8 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-
-use crate::edge::strip_hop_by_hop;
-use crate::serve::BoxError;
+use prequal_http::BoxError;
+use prequal_http::headers::{Direction, strip_hop_by_hop};
 
 /// The body the sidecar answers with: the upstream's, or a short error text.
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
@@ -91,7 +91,7 @@ impl tower::Service<Request<Incoming>> for Forward {
     fn call(&mut self, request: Request<Incoming>) -> Self::Future {
         let (mut parts, body) = request.into_parts();
         let http2 = parts.version == Version::HTTP_2;
-        strip_hop_by_hop(&mut parts.headers, true);
+        strip_hop_by_hop(&mut parts.headers, Direction::Request);
         parts.uri = upstream_uri(&parts.uri, &self.upstream);
         let client = if http2 {
             self.http2.clone()
@@ -104,7 +104,7 @@ impl tower::Service<Request<Incoming>> for Forward {
             match client.request(request).await {
                 Ok(response) => {
                     let (mut parts, body) = response.into_parts();
-                    strip_hop_by_hop(&mut parts.headers, false);
+                    strip_hop_by_hop(&mut parts.headers, Direction::Response);
                     let body = body.map_err(BoxError::from).boxed_unsync();
                     Ok(Response::from_parts(parts, body))
                 }

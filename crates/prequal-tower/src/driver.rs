@@ -358,7 +358,7 @@ impl Driver {
             tracing::trace!(replica = %probe.replica, "probe refused: too many in flight");
             return None;
         };
-        let request = prequal_server::protocol::Probe { hint: probe.hint };
+        let request = prequal_http::protocol::Probe { hint: probe.hint };
         Some(((target.send)(request), slot))
     }
 

@@ -5,7 +5,8 @@
 //! So the balancer hands the response back with its body wrapped in a [`ResponseBody`] that
 //! carries the query's in-flight count to the end.
 //!
-//! The outcome the policy hears (its error aversion counts failures):
+//! The outcome the policy hears (its error aversion counts failures), by the rule the proxy and
+//! the replica side follow too (`prequal_http::grpc`):
 //!
 //! - [`Outcome::Error`] for an endpoint error (connection refused or reset, a service that
 //!   failed), a 5xx status, a body error, or a `grpc-status` that signals a server fault
@@ -27,8 +28,8 @@ use http::Response;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use prequal_core::Outcome;
-use prequal_server::edge::grpc_outcome;
-use prequal_server::protocol::{LOAD_HEADER, parse_reply};
+use prequal_http::TrackedBody;
+use prequal_http::protocol::{LOAD_HEADER, parse_reply};
 
 use crate::BoxError;
 use crate::rif::InFlight;
@@ -103,59 +104,40 @@ where
     }
 }
 
-/// Judges the response head, reads a piggybacked load, and wraps the body.
-fn track<B: Body>(response: Response<B>, mut in_flight: InFlight) -> Response<ResponseBody<B>> {
-    let (parts, body) = response.into_parts();
-    let outcome = if parts.status.is_server_error() {
-        Outcome::Error
-    } else {
-        grpc_outcome(&parts.headers)
-    };
-    if let Some(report) = parts
-        .headers
+/// Reads a piggybacked load, then wraps the body so that the query ends with it (at once, if
+/// it is already at its end), judged from the head first.
+fn track<B: Body>(response: Response<B>, in_flight: InFlight) -> Response<ResponseBody<B>> {
+    if let Some(report) = response
+        .headers()
         .get(LOAD_HEADER)
         .and_then(|value| parse_reply(value.as_bytes()).ok())
     {
         in_flight.load_report(&report);
     }
-    let in_flight = if body.is_end_stream() {
-        in_flight.end(outcome);
-        None
-    } else {
-        Some(in_flight)
-    };
-    Response::from_parts(
-        parts,
-        ResponseBody {
-            body,
-            in_flight,
-            outcome,
-        },
-    )
+    prequal_http::track(response, in_flight).map(|body| ResponseBody { body })
 }
 
 pin_project! {
     /// A balanced response's body: the endpoint's body, unchanged, that ends its query (for the
-    /// policy's RIF and latency) when it ends, fails, or is dropped.
+    /// policy's RIF and latency) when it ends, fails, or is dropped. prequal-http's
+    /// [`TrackedBody`] does the tracking, as it does for the proxy and the replica side.
     pub struct ResponseBody<B> {
         #[pin]
-        body: B,
-        in_flight: Option<InFlight>,
-        outcome: Outcome,
+        body: TrackedBody<B, InFlight>,
     }
 }
 
 impl<B> ResponseBody<B> {
     /// The endpoint's body (ending the query now, as cancelled, if it had not ended).
     pub fn into_inner(self) -> B {
-        self.body
+        self.body.into_inner()
     }
 }
 
 impl<B> fmt::Debug for ResponseBody<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResponseBody")
-            .field("in_flight", &self.in_flight.is_some())
+            .field("in_flight", &!self.body.has_ended())
             .finish_non_exhaustive()
     }
 }
@@ -168,30 +150,7 @@ impl<B: Body> Body for ResponseBody<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
-        let this = self.project();
-        let mut body = this.body;
-        let polled = ready!(body.as_mut().poll_frame(cx));
-        let ended = match &polled {
-            None => true,
-            Some(Err(_)) => {
-                *this.outcome = Outcome::Error;
-                true
-            }
-            Some(Ok(frame)) => {
-                if let Some(trailers) = frame.trailers_ref()
-                    && *this.outcome == Outcome::Success
-                {
-                    *this.outcome = grpc_outcome(trailers);
-                }
-                // Trailers are the last frame, and a reader may stop once the body says it has
-                // ended: in either case no `None` may follow.
-                frame.is_trailers() || body.is_end_stream()
-            }
-        };
-        if ended && let Some(mut in_flight) = this.in_flight.take() {
-            in_flight.end(*this.outcome);
-        }
-        Poll::Ready(polled)
+        self.project().body.poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {

@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use prequal_core::{Completion, LoadReport, Outcome, QueryId, ReplicaId};
+use prequal_http::OnEnd;
 use tokio::time::Instant;
 
 use crate::driver::Driver;
@@ -54,6 +55,13 @@ impl InFlight {
             outcome,
         };
         self.driver.complete(self.replica, &completion);
+    }
+}
+
+/// A response body in prequal-http's `TrackedBody` ends its query when it ends.
+impl OnEnd for InFlight {
+    fn on_end(mut self, outcome: Outcome) {
+        self.end(outcome);
     }
 }
 

@@ -12,7 +12,7 @@ use rustls::pki_types::ServerName;
 use serde::{Deserialize, Serialize};
 
 // The same defaults as the sidecar's TLS.
-use prequal_server::tls::{DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_WATCH_INTERVAL};
+use prequal_http::tls::{DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_WATCH_INTERVAL};
 
 fn default_watch_interval() -> Duration {
     DEFAULT_WATCH_INTERVAL

@@ -10,7 +10,8 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio_rustls::TlsAcceptor;
 
-use prequal_server::tls::{PemFile, certified_key, server_config, watch};
+use prequal_http::tls::{PemFile, certified_key, server_config};
+use prequal_http::watch;
 
 use super::TlsError;
 use super::config::ServerTlsConfig;
@@ -88,6 +89,8 @@ impl ResolvesServerCert for SniResolver {
 }
 
 impl watch::Reload for SniResolver {
+    type Error = TlsError;
+
     fn files(&self) -> Vec<PathBuf> {
         let mut files = vec![self.config.cert.clone(), self.config.key.clone()];
         for entry in &self.config.sni {
@@ -99,6 +102,7 @@ impl watch::Reload for SniResolver {
     fn reload(&self) -> Result<(), TlsError> {
         let certs = Arc::new(Certs::load(&self.config)?);
         *self.certs.write().unwrap_or_else(|p| p.into_inner()) = certs;
+        tracing::info!(what = "server.tls", "TLS certificates reloaded");
         Ok(())
     }
 

@@ -28,7 +28,7 @@
 //! `server.tls.cert: cannot read /etc/prequal/cert.pem: No such file or directory`.
 //!
 //! What does not depend on the proxy's config (reading PEM files, the server config with its
-//! ALPN, the bounded handshake, the file watch) lives in `prequal_server::tls`, where
+//! ALPN, the bounded handshake, the file watch) lives in `prequal_http::tls`, where
 //! `prequal sidecar` uses it too.
 
 pub mod config;
@@ -40,5 +40,5 @@ pub use self::downstream::ServerTls;
 pub use self::upstream::ClientTls;
 /// Why certificates or keys could not be loaded; the message names the config key and the
 /// file. Shared with the sidecar, whose messages name its flags instead.
-pub use prequal_server::tls::TlsError;
-pub(crate) use prequal_server::tls::{ALPN_H2, ALPN_HTTP1, provider};
+pub use prequal_http::tls::TlsError;
+pub(crate) use prequal_http::tls::{ALPN_H2, ALPN_HTTP1, provider};

@@ -10,7 +10,8 @@ use rustls::sign::SingleCertAndKey;
 use rustls::{ClientConfig, RootCertStore};
 use tokio_rustls::TlsConnector;
 
-use prequal_server::tls::{PemFile, certified_key, watch};
+use prequal_http::tls::{PemFile, certified_key};
+use prequal_http::watch;
 
 use super::config::UpstreamTlsConfig;
 use super::{ALPN_H2, ALPN_HTTP1, TlsError};
@@ -103,6 +104,8 @@ fn host_name(authority: &Authority) -> Result<ServerName<'static>, std::io::Erro
 }
 
 impl watch::Reload for ClientTls {
+    type Error = TlsError;
+
     fn files(&self) -> Vec<PathBuf> {
         [
             &self.config.ca,
@@ -118,6 +121,7 @@ impl watch::Reload for ClientTls {
     fn reload(&self) -> Result<(), TlsError> {
         let client = Arc::new(client_config(&self.prefix, &self.config, self.protocol)?);
         *self.client.write().unwrap_or_else(|p| p.into_inner()) = client;
+        tracing::info!(what = self.prefix, "TLS certificates reloaded");
         Ok(())
     }
 

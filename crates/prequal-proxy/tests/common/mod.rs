@@ -20,8 +20,9 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use prequal_core::LoadReport;
+use prequal_http::protocol::{PROBE_PATH, encode_reply};
+use prequal_http::tls::ReplicaTls;
 use prequal_proxy::{Proxy, ProxyConfig, ProxyHandle};
-use prequal_server::protocol::{PROBE_PATH, encode_reply};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -68,10 +69,22 @@ impl Backend {
         Backend::serve(Some(tokio_rustls::TlsAcceptor::from(tls))).await
     }
 
-    async fn serve(tls: Option<tokio_rustls::TlsAcceptor>) -> Backend {
+    /// The same replica behind the listener TLS of `prequal sidecar --tls-cert`
+    /// (`prequal_http::serve_tls`): certificates reloaded on file change, ALPN, client
+    /// certificates when `tls` has a client CA.
+    pub async fn start_replica_tls(tls: Arc<ReplicaTls>) -> Backend {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let backend = Backend {
+        let backend = Backend::new(listener.local_addr().unwrap());
+        let state = backend.state();
+        let service = tower::service_fn(move |req| state.clone().answer(req));
+        let never = std::future::pending();
+        let serve = prequal_http::serve_tls(listener, service, tls, never, Duration::ZERO);
+        backend.tasks.lock().unwrap().push(tokio::spawn(serve));
+        backend
+    }
+
+    fn new(addr: SocketAddr) -> Backend {
+        Backend {
             addr,
             hits: Arc::default(),
             delay_ms: Arc::new(AtomicU64::new(1)),
@@ -81,7 +94,13 @@ impl Backend {
             connections: Arc::default(),
             alive: Arc::new(AtomicBool::new(true)),
             tasks: Arc::default(),
-        };
+        }
+    }
+
+    async fn serve(tls: Option<tokio_rustls::TlsAcceptor>) -> Backend {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let backend = Backend::new(addr);
         let state = backend.state();
         let tasks = Arc::clone(&backend.tasks);
         let connections = Arc::clone(&backend.connections);

@@ -10,7 +10,7 @@ use http_body_util::Empty;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::Connect;
 use prequal_core::LoadReport;
-use prequal_server::protocol::probe_path_and_query;
+use prequal_http::protocol::probe_path_and_query;
 use tower::Service;
 
 use super::{MakeProbe, Probe, read_reply};

@@ -8,7 +8,7 @@ use futures_util::future::BoxFuture;
 use http::{Method, Request, Response, Uri};
 use http_body::Body;
 use prequal_core::LoadReport;
-use prequal_server::protocol::probe_path_and_query;
+use prequal_http::protocol::probe_path_and_query;
 use tower::Service;
 
 use super::{MakeProbe, Probe, read_reply};

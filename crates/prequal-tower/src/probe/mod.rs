@@ -17,7 +17,7 @@
 //!   cloned or that should keep probe traffic on separate connections.
 //!
 //! A reply is read as the probe protocol says (`docs/probe-protocol.md`): status 200 and one
-//! line of at most 256 bytes, parsed strictly by [`prequal_server::protocol::parse_reply`].
+//! line of at most 256 bytes, parsed strictly by [`prequal_http::protocol::parse_reply`].
 //! Anything else (another status, a malformed or over-long body, a transport error, no reply
 //! within the timeout) is a failed probe, which the policy hears of and which never breaks the
 //! balancer.
@@ -53,7 +53,7 @@ use std::future::Future;
 
 use futures_util::future::BoxFuture;
 use prequal_core::LoadReport;
-pub use prequal_server::protocol::Probe;
+pub use prequal_http::protocol::Probe;
 use tower::{Service, ServiceExt};
 
 pub use self::client::{HttpProbe, HttpProber};
@@ -115,6 +115,6 @@ where
 }
 
 /// Why a probe reply was refused.
-pub use prequal_server::edge::ProbeReplyError as ReplyError;
+pub use prequal_http::ProbeReplyError as ReplyError;
 /// Reads a probe reply: status 200 and a body the strict v1 parser accepts.
-pub use prequal_server::edge::read_probe_reply as read_reply;
+pub use prequal_http::read_probe_reply as read_reply;

@@ -11,7 +11,8 @@ use rustls::ServerConfig;
 use rustls::sign::SingleCertAndKey;
 use tokio_rustls::TlsAcceptor;
 
-use super::{PemFile, TlsError, certified_key, server_config, watch};
+use super::{PemFile, TlsError, certified_key, server_config};
+use crate::watch;
 
 /// How often the files are checked for change, unless configured.
 pub const DEFAULT_WATCH_INTERVAL: Duration = Duration::from_secs(5);
@@ -145,6 +146,8 @@ impl ReplicaTls {
 }
 
 impl watch::Reload for ReplicaTls {
+    type Error = TlsError;
+
     fn files(&self) -> Vec<PathBuf> {
         let config = &self.config;
         [
@@ -161,6 +164,7 @@ impl watch::Reload for ReplicaTls {
     fn reload(&self) -> Result<(), TlsError> {
         let server = Arc::new(self.config.build()?);
         *self.server.write().unwrap_or_else(|p| p.into_inner()) = server;
+        tracing::info!(what = self.config.labels.cert, "TLS certificates reloaded");
         Ok(())
     }
 

@@ -9,8 +9,9 @@
 //! - [`server_config`]: a rustls server config offering ALPN `h2` and `http/1.1` on one port,
 //!   and, given a client CA bundle, requiring client certificates signed by it (mutual TLS).
 //! - [`handshake`]: a server handshake bounded by a timeout, failures logged at debug level.
-//! - [`watch`]: polling files for change (modification time and size) and reloading what was
-//!   built from them; a reload that fails keeps what is in force and is tried again.
+//! - file watching: every type here that is built from files implements
+//!   [`watch::Reload`](crate::watch::Reload), so [`crate::watch`] reloads it when they change;
+//!   a reload that fails keeps what is in force and is tried again.
 //! - [`ReplicaTls`]: a listener's TLS from one certificate and key and an optional client CA,
 //!   reloaded on file change: what `prequal sidecar --tls-cert` serves with
 //!   ([`serve_tls`](crate::serve_tls)).
@@ -28,7 +29,6 @@ mod handshake;
 mod pem;
 mod replica;
 mod server;
-pub mod watch;
 
 pub use self::handshake::{builder_for_alpn, handshake};
 pub use self::pem::{PemFile, certified_key};
