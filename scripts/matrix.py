@@ -30,6 +30,8 @@ for name in matrix:
     conts = ", ".join(f'"{p}"' for p in ps) + ", " + ", ".join(variants)
     text = text[:m.start()] + f"contenders = [{conts}]\n" + text[m.end():]
     path = f"{TMP}/{name}.toml"
+    if os.environ.get("CLIENTS_EXTRA"):
+        text = text.replace("[clients]\n", "[clients]\n" + os.environ["CLIENTS_EXTRA"].replace("\\n", "\n") + "\n", 1)
     if os.environ.get("EXTRA"):
         text += "\n" + os.environ["EXTRA"].replace("\\n", "\n") + "\n"
     open(path, "w").write(text)

@@ -41,8 +41,8 @@ pub const ERROR_DECAY: Duration = Duration::from_secs(5);
 pub const PROBE_RATE_DOC: ParamDoc = ParamDoc {
     key: "probe_rate",
     default: "3.0",
-    doc: "probes sent per query (r_probe), > 0; fractional values round deterministically, \
-          so 0.5 means one probe every other query",
+    doc: "probes sent per query (r_probe), > 0 and above remove_rate; fractional values round \
+          deterministically, so 0.5 means one probe every other query",
 };
 /// `pool_size`.
 pub const POOL_SIZE_DOC: ParamDoc = ParamDoc {
@@ -75,7 +75,8 @@ pub const DELTA_DOC: ParamDoc = ParamDoc {
 pub const REMOVE_RATE_DOC: ParamDoc = ParamDoc {
     key: "remove_rate",
     default: "1.0",
-    doc: "replies removed per query (r_remove), >= 0, alternating oldest and worst",
+    doc: "replies removed per query (r_remove), >= 0 and below probe_rate (or the pool \
+          drains), alternating oldest and worst",
 };
 /// `q_rif`.
 pub const Q_RIF_DOC: ParamDoc = ParamDoc {
@@ -160,6 +161,20 @@ impl ProbingParams {
         }
         if !(self.remove_rate.is_finite() && self.remove_rate >= 0.0) {
             return bad("remove_rate", "must be a finite number >= 0");
+        }
+        if self.remove_rate >= self.probe_rate {
+            // Fewer replies arrive per query than are removed: the pool drains and most picks
+            // fall back to a uniformly random replica, which overloads slow replicas.
+            return Err(ConfigError::invalid(
+                policy,
+                "remove_rate",
+                format!(
+                    "must be below probe_rate ({} >= {}): with no more probes than removals per \
+                     query the pool drains and picks fall back to random; lower remove_rate \
+                     (the paper uses 0.25 with probe rates below 1) or raise probe_rate",
+                    self.remove_rate, self.probe_rate
+                ),
+            ));
         }
         if self.max_idle.is_zero() {
             return bad("max_idle", "must be longer than zero");

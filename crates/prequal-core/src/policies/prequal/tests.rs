@@ -491,6 +491,13 @@ fn config_rejects_out_of_range_values_by_key() {
         ),
         (
             Config {
+                probe_rate: 1.0,
+                ..Config::default()
+            },
+            "remove_rate",
+        ),
+        (
+            Config {
                 delta: 0.0,
                 ..Config::default()
             },
