@@ -42,7 +42,6 @@
 //! ```
 
 pub mod engine;
-pub mod hash;
 pub mod metrics;
 pub mod model;
 pub mod plot;

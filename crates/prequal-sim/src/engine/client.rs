@@ -17,8 +17,8 @@ mod hedging;
 use super::expiry::Expiries;
 use super::slab::Slab;
 use super::{Event, Sim};
-use crate::hash::IdMap;
 use crate::scenario::Arrivals;
+use rustc_hash::FxHashMap as IdMap;
 
 /// One query a client has issued and not yet finished.
 #[derive(Clone, Copy, Debug)]

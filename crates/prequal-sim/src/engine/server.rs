@@ -6,9 +6,9 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
 use super::{Event, Sim};
-use crate::hash::IdMap;
 use crate::model::{Admission, Fault, JobId, ReplicaModel};
 use crate::scenario::Compiled;
+use rustc_hash::FxHashMap as IdMap;
 
 /// A query being served.
 #[derive(Clone, Copy, Debug)]

@@ -1,84 +1,60 @@
-//! A slab of values under generation-checked keys.
+//! Values under generation-checked keys, for events that name what they concern.
 //!
-//! Events name what they concern by key: a query's response or deadline, or a probe's reply or
-//! timeout, may come due after it was settled and its slot reused, so a key carries its slot's
-//! generation and a stale key finds nothing. A slot and its generation pack into one `u64`.
+//! A query's response or deadline, or a probe's reply or timeout, may come due after it was
+//! settled and its slot reused, so a key carries its slot's version and a stale key finds
+//! nothing. The storage is [`slotmap::SlotMap`]; this wrapper only turns its keys into the
+//! `u64` the event queue carries.
+
+use slotmap::{DefaultKey, Key, KeyData, SlotMap};
 
 /// Values in reusable slots; see the module docs.
 #[derive(Debug)]
 pub(super) struct Slab<T> {
-    slots: Vec<(u32, Option<T>)>,
-    free: Vec<u32>,
+    map: SlotMap<DefaultKey, T>,
 }
 
 impl<T> Default for Slab<T> {
     fn default() -> Self {
         Slab {
-            slots: Vec::new(),
-            free: Vec::new(),
+            map: SlotMap::new(),
         }
     }
 }
 
-fn split(key: u64) -> (usize, u32) {
-    ((key & 0xFFFF_FFFF) as usize, (key >> 32) as u32)
+fn key(raw: u64) -> DefaultKey {
+    KeyData::from_ffi(raw).into()
 }
 
 impl<T> Slab<T> {
     /// Stores `value`; returns its key.
     pub(super) fn insert(&mut self, value: T) -> u64 {
-        let index = self.free.pop().unwrap_or_else(|| {
-            self.slots.push((0, None));
-            (self.slots.len() - 1) as u32
-        });
-        let slot = &mut self.slots[index as usize];
-        slot.0 = slot.0.wrapping_add(1);
-        slot.1 = Some(value);
-        u64::from(slot.0) << 32 | u64::from(index)
+        self.map.insert(value).data().as_ffi()
     }
 
     /// The value under `key`, if it is still there.
-    pub(super) fn get(&self, key: u64) -> Option<&T> {
-        let (index, generation) = split(key);
-        match self.slots.get(index) {
-            Some((g, value)) if *g == generation => value.as_ref(),
-            _ => None,
-        }
+    pub(super) fn get(&self, raw: u64) -> Option<&T> {
+        self.map.get(key(raw))
     }
 
     /// The value under `key`, mutably, if it is still there.
-    pub(super) fn get_mut(&mut self, key: u64) -> Option<&mut T> {
-        let (index, generation) = split(key);
-        match self.slots.get_mut(index) {
-            Some((g, value)) if *g == generation => value.as_mut(),
-            _ => None,
-        }
+    pub(super) fn get_mut(&mut self, raw: u64) -> Option<&mut T> {
+        self.map.get_mut(key(raw))
     }
 
     /// Whether `key` still holds a value.
-    pub(super) fn contains(&self, key: u64) -> bool {
-        let (index, generation) = split(key);
-        self.slots
-            .get(index)
-            .is_some_and(|(g, value)| *g == generation && value.is_some())
+    pub(super) fn contains(&self, raw: u64) -> bool {
+        self.map.contains_key(key(raw))
     }
 
     /// Takes the value under `key` out, freeing its slot.
-    pub(super) fn remove(&mut self, key: u64) -> Option<T> {
-        let (index, generation) = split(key);
-        let (g, value) = self.slots.get_mut(index)?;
-        if *g != generation {
-            return None;
-        }
-        let value = value.take()?;
-        self.free.push(index as u32);
-        Some(value)
+    pub(super) fn remove(&mut self, raw: u64) -> Option<T> {
+        self.map.remove(key(raw))
     }
 
     /// True when no slot holds a value.
     #[cfg(test)]
     pub(super) fn is_empty(&self) -> bool {
-        self.slots.iter().all(|(_, value)| value.is_none())
+        self.map.is_empty()
     }
 }
 
