@@ -263,6 +263,21 @@ impl Balancer {
         &mut self,
         pick: Pick,
         query: QueryId,
+        tried: (&[ReplicaId], Strict),
+        now: Time,
+        rng: &mut dyn RngCore,
+    ) -> Option<ReplicaId> {
+        let replica = self.resolve(pick, tried, now, rng)?;
+        self.dispatched(replica, query, now);
+        Some(replica)
+    }
+
+    /// The first half of [`Balancer::dispatch`]: the replica the try would go to, without
+    /// telling the policy. For a driver that may still not send it there (its connection to
+    /// that replica is not ready); it then calls [`Balancer::dispatched`] once the try is sent.
+    pub fn resolve(
+        &self,
+        pick: Pick,
         (tried, strict): (&[ReplicaId], Strict),
         now: Time,
         rng: &mut dyn RngCore,
@@ -296,9 +311,12 @@ impl Balancer {
                 tracing::trace!(%r, factor, ?chosen, "passed over: ramping up");
             }
         }
-        let replica = chosen?;
+        chosen
+    }
+
+    /// The second half of [`Balancer::dispatch`]: a try of `query` was sent to `replica`.
+    pub fn dispatched(&mut self, replica: ReplicaId, query: QueryId, now: Time) {
         self.policy.on_dispatch(replica, query, now);
-        Some(replica)
     }
 
     /// A usable replica outside `exclude`, uniformly at random, preferring ones not ramping up.

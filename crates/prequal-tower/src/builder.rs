@@ -1,7 +1,8 @@
-//! Building a balancer: the policy, the random source, the prober and the probe limits.
+//! Building a balancer: the policy and what surrounds it, the random source, the prober and
+//! the probe limits.
 
 use http::Request;
-use prequal_core::{ConfigError, PolicyConfig};
+use prequal_core::{Balancer, BalancerConfig, ConfigError, PolicyConfig};
 use rand::rngs::SmallRng;
 use rand::{RngCore, SeedableRng};
 use tower::Service;
@@ -30,6 +31,7 @@ pub const MAX_PROBES_IN_FLIGHT: usize = 256;
 /// ```
 pub struct Builder {
     policy: PolicyConfig,
+    balancer: BalancerConfig,
     rng: Option<Box<dyn RngCore + Send>>,
     limits: ProbeLimits,
 }
@@ -38,6 +40,7 @@ impl std::fmt::Debug for Builder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Builder")
             .field("policy", &self.policy)
+            .field("balancer", &self.balancer)
             .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
@@ -48,6 +51,7 @@ impl Builder {
     pub fn new(policy: PolicyConfig) -> Self {
         Self {
             policy,
+            balancer: BalancerConfig::default(),
             rng: None,
             limits: ProbeLimits {
                 per_replica: MAX_PROBES_PER_REPLICA,
@@ -60,6 +64,16 @@ impl Builder {
     /// them; `docs/policies.md` explains each).
     pub fn from_name(name: &str) -> Result<Self, ConfigError> {
         Ok(Self::new(PolicyConfig::from_name(name)?))
+    }
+
+    /// What surrounds the policy: outlier ejection (`outlier_ejection`, `outlier`) and slow
+    /// start for replicas discovered after the first request (`slow_start`), with the proxy's
+    /// defaults (`BalancerConfig::default()`: ejection on, a 30 s ramp). Its `max_attempts`,
+    /// `retry_budget` and `hedge` are not used here: retries and hedging belong to tower's own
+    /// layers around the balancer. Checked when the balancer is built.
+    pub fn balancer(mut self, config: BalancerConfig) -> Self {
+        self.balancer = config;
+        self
     }
 
     /// The random source of every choice the policy makes by chance (default: seeded from the
@@ -113,11 +127,11 @@ impl Builder {
         D::Service: Service<Request<B>>,
         P: MakeProbe<D::Key, D::Service> + Send + 'static,
     {
-        let policy = self.policy.build()?;
+        let balancer = Balancer::new(self.policy.build()?, &self.balancer)?;
         let rng = self
             .rng
             .unwrap_or_else(|| Box::new(SmallRng::seed_from_u64(random_seed())));
-        let driver = Driver::new(policy, rng, self.limits);
+        let driver = Driver::new(balancer, rng, self.limits);
         Ok(Balance::from_parts(discover, driver, prober))
     }
 }

@@ -1,7 +1,12 @@
-//! The driver of one policy: the core behind a short lock, fed with events and drained of
+//! The driver of one balancer: the core behind a short lock, fed with events and drained of
 //! decisions.
 //!
-//! A [`Balance`](crate::Balance) owns its endpoints, but the policy it drives is shared with
+//! The core is a [`prequal_core::Balancer`], the same one the proxy and the simulator drive: the
+//! policy, plus outlier ejection and slow start for replicas that join after the starting set
+//! (the replicas discovered before the first request). Retries and hedging stay with tower's
+//! own layers, so the balancer's `max_attempts`, retry budget and hedge settings are not used.
+//!
+//! A [`Balance`](crate::Balance) owns its endpoints, but the balancer it drives is shared with
 //! three kinds of task: the response futures and bodies of queries in flight (a query ends in
 //! whichever task holds it), the probe tasks, and the timer task. So the policy lives here,
 //! behind a `std::sync::Mutex` held only for the few microseconds an event takes and never
@@ -19,8 +24,8 @@ use std::task::Waker;
 use std::time::Duration;
 
 use prequal_core::{
-    Completion, LoadReport, Pick, Policy, ProbeRequest, Query, QueryId, ReplicaChange, ReplicaId,
-    Snapshot, Time,
+    Balancer, Completion, LoadReport, Pick, ProbeRequest, Query, QueryId, ReplicaId, Snapshot,
+    Strict, Time,
 };
 use rand::{Rng, RngCore};
 use tokio::sync::Notify;
@@ -61,7 +66,15 @@ pub(crate) struct Driver {
 }
 
 struct State {
-    policy: Box<dyn Policy>,
+    balancer: Balancer,
+    /// The replicas discovered, in the order they came.
+    members: Vec<ReplicaId>,
+    /// Whether `members` changed since the balancer last heard of them. The balancer hears of
+    /// the first ones at the first request, so that all the replicas discovered before it are
+    /// the starting set (no slow start); after that, of every change at once.
+    members_changed: bool,
+    /// Whether a request has been balanced yet.
+    started: bool,
     rng: Box<dyn RngCore + Send>,
     /// How to probe each replica the policy knows, with its count of probes out.
     probes: HashMap<ReplicaId, ReplicaProbe>,
@@ -86,7 +99,7 @@ impl Drop for Driver {
 impl std::fmt::Debug for Driver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Driver")
-            .field("policy", &self.lock().policy.name())
+            .field("policy", &self.lock().balancer.policy().name())
             .field("probe_timeout", &self.probe_timeout)
             .finish_non_exhaustive()
     }
@@ -94,15 +107,18 @@ impl std::fmt::Debug for Driver {
 
 impl Driver {
     pub(crate) fn new(
-        policy: Box<dyn Policy>,
+        balancer: Balancer,
         rng: Box<dyn RngCore + Send>,
         limits: ProbeLimits,
     ) -> Self {
-        let probe_timeout = policy.probe_timeout().unwrap_or(DEFAULT_PROBE_TIMEOUT);
+        let probe_timeout = balancer.probe_timeout().unwrap_or(DEFAULT_PROBE_TIMEOUT);
         Self {
             epoch: Instant::now(),
             state: Mutex::new(State {
-                policy,
+                balancer,
+                members: Vec::new(),
+                members_changed: false,
+                started: false,
                 rng,
                 probes: HashMap::new(),
                 waiting: None,
@@ -165,9 +181,11 @@ impl Driver {
             outstanding: Arc::default(),
         };
         state.probes.insert(replica, probe);
-        state
-            .policy
-            .on_replica_change(ReplicaChange::Insert(replica), now);
+        if !state.members.contains(&replica) {
+            state.members.push(replica);
+            state.members_changed = true;
+        }
+        Self::sync_members(&mut state, now);
         self.after_event(state, now);
     }
 
@@ -178,19 +196,30 @@ impl Driver {
         if state.probes.remove(&replica).is_none() {
             return;
         }
-        state
-            .policy
-            .on_replica_change(ReplicaChange::Remove(replica), now);
+        state.members.retain(|&r| r != replica);
+        state.members_changed = true;
+        Self::sync_members(&mut state, now);
         self.after_event(state, now);
     }
 
-    /// Asks the policy for a replica for `query`. A [`Pick::Pending`] decision is later
-    /// collected with [`Driver::poll_decision`].
+    /// Tells the balancer the replicas discovered, once a request has started it.
+    fn sync_members(state: &mut State, now: Time) {
+        if state.started && state.members_changed {
+            state.balancer.set_replicas(&state.members, now);
+            state.members_changed = false;
+        }
+    }
+
+    /// Asks the balancer for a replica for `query`: the policy's choice, replaced by another
+    /// replica when it is ejected (or, with a probability, while it ramps up after joining). A
+    /// [`Pick::Pending`] decision is later collected with [`Driver::poll_decision`].
     pub(crate) fn pick(self: &Arc<Self>, query: QueryId) -> Pick {
         let now = self.now();
         let mut guard = self.lock();
         let state = &mut *guard;
-        let pick = state.policy.pick(
+        state.started = true;
+        Self::sync_members(state, now);
+        let pick = state.balancer.pick(
             &Query {
                 id: query,
                 hint: None,
@@ -198,6 +227,10 @@ impl Driver {
             now,
             &mut state.rng,
         );
+        let pick = match pick {
+            Pick::Replica(_) => Self::resolve(state, pick, now),
+            other => other,
+        };
         if pick == Pick::Pending {
             state.waiting = Some((query, None, None));
         }
@@ -232,6 +265,17 @@ impl Driver {
         }
     }
 
+    /// Where the balancer sends a decided pick (an ejected or ramping replica replaced).
+    fn resolve(state: &mut State, pick: Pick, now: Time) -> Pick {
+        match state
+            .balancer
+            .resolve(pick, (&[], Strict::No), now, &mut state.rng)
+        {
+            Some(replica) => Pick::Replica(replica),
+            None => Pick::NoReplica,
+        }
+    }
+
     /// A number in `0..n` from the policy's random source (for the fallback pick).
     pub(crate) fn random_below(&self, n: usize) -> usize {
         self.lock().rng.random_range(0..n.max(1))
@@ -241,7 +285,7 @@ impl Driver {
     pub(crate) fn dispatch(self: &Arc<Self>, replica: ReplicaId, query: QueryId) {
         let now = self.now();
         let mut state = self.lock();
-        state.policy.on_dispatch(replica, query, now);
+        state.balancer.dispatched(replica, query, now);
         tracing::trace!(%replica, query = query.0, "query dispatched");
         self.after_event(state, now);
     }
@@ -250,9 +294,12 @@ impl Driver {
     pub(crate) fn complete(self: &Arc<Self>, replica: ReplicaId, completion: &Completion) {
         let now = self.now();
         let mut state = self.lock();
-        state.policy.on_complete(replica, completion, now);
+        let ejection = state.balancer.on_complete(replica, completion, None, now);
         tracing::trace!(%replica, query = completion.query.0, outcome = ?completion.outcome,
             latency_us = completion.latency.as_micros() as u64, "query ended");
+        if let Some(ejection) = ejection {
+            tracing::debug!(%replica, reason = %ejection.reason, ?ejection.duration, "replica ejected");
+        }
         self.after_event(state, now);
     }
 
@@ -260,7 +307,7 @@ impl Driver {
     pub(crate) fn load_report(self: &Arc<Self>, replica: ReplicaId, report: &LoadReport) {
         let now = self.now();
         let mut state = self.lock();
-        state.policy.on_load_report(replica, report, now);
+        state.balancer.on_load_report(replica, report, now);
         self.after_event(state, now);
     }
 
@@ -272,9 +319,9 @@ impl Driver {
         let state = &mut *guard;
         match report {
             Some(report) => state
-                .policy
+                .balancer
                 .on_probe_reply(probe, report, now, &mut state.rng),
-            None => state.policy.on_probe_failure(probe, now),
+            None => state.balancer.on_probe_failure(probe, now),
         }
         let outbox = self.drain(state, now);
         if self.rearm(state) {
@@ -283,29 +330,32 @@ impl Driver {
         outbox
     }
 
-    /// The timer task's step: fires the policy's timer if due; returns the probes to send and
-    /// when to come back.
+    /// The timer task's step: fires the balancer's timer if due (the policy's, and the end of
+    /// an ejection); returns the probes to send and when to come back.
     pub(crate) fn tick(&self) -> (Outbox, Option<Instant>) {
         let now = self.now();
         let mut guard = self.lock();
         let state = &mut *guard;
-        if state.policy.poll_timeout().is_some_and(|t| t <= now) {
-            state.policy.handle_timeout(now, &mut state.rng);
+        if state.balancer.poll_timeout().is_some_and(|t| t <= now) {
+            let back = state.balancer.handle_timeout(now, &mut state.rng);
+            if !back.is_empty() {
+                tracing::debug!(?back, "ejection over");
+            }
         }
         let outbox = self.drain(state, now);
-        state.armed = state.policy.poll_timeout();
+        state.armed = state.balancer.poll_timeout();
         (outbox, state.armed.map(|t| self.instant_of(t)))
     }
 
     /// A read-only view of the policy.
     pub(crate) fn snapshot(&self) -> Snapshot {
         let now = self.now();
-        self.lock().policy.snapshot(now)
+        self.lock().balancer.snapshot(now)
     }
 
     /// The policy's name.
     pub(crate) fn policy_name(&self) -> &'static str {
-        self.lock().policy.name()
+        self.lock().balancer.policy().name()
     }
 
     /// Ends an event: drains the policy, rearms the timer, releases the lock and starts the
@@ -325,7 +375,11 @@ impl Driver {
     /// replica that left) is reported failed at once, as the protocol says of a probe that
     /// could not be sent.
     fn drain(&self, state: &mut State, now: Time) -> Outbox {
-        while let Some((query, pick)) = state.policy.poll_pick(now, &mut state.rng) {
+        while let Some((query, pick)) = state.balancer.poll_pick(now, &mut state.rng) {
+            let pick = match pick {
+                Pick::Replica(_) => Self::resolve(state, pick, now),
+                other => other,
+            };
             if let Some((waiting, decided, waker)) = &mut state.waiting
                 && *waiting == query
             {
@@ -337,12 +391,12 @@ impl Driver {
         }
         let mut outbox = Vec::new();
         for _ in 0..MAX_PROBES_PER_EVENT {
-            let Some(probe) = state.policy.poll_probe(now, &mut state.rng) else {
+            let Some(probe) = state.balancer.poll_probe(now, &mut state.rng) else {
                 break;
             };
             match self.start_probe(state, &probe) {
                 Some(started) => outbox.push((probe, started)),
-                None => state.policy.on_probe_failure(&probe, now),
+                None => state.balancer.on_probe_failure(&probe, now),
             }
         }
         outbox
@@ -364,7 +418,7 @@ impl Driver {
 
     /// True (and the new deadline recorded) when the timer task must wake earlier than planned.
     fn rearm(&self, state: &mut State) -> bool {
-        match (state.policy.poll_timeout(), state.armed) {
+        match (state.balancer.poll_timeout(), state.armed) {
             (Some(next), Some(armed)) if next >= armed => false,
             (None, _) => false,
             (Some(next), _) => {

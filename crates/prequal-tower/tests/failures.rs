@@ -9,6 +9,18 @@ mod common;
 
 use common::*;
 use http::StatusCode;
+use prequal_core::{BalancerConfig, ReplicaId, Snapshot};
+use prequal_tower::Builder;
+
+/// Whether the policy avoids replica `id`, or the balancer ejected it (it is then out of the
+/// policy, so out of the policy's snapshot).
+fn avoided_or_ejected(snapshot: &Snapshot, id: u32) -> bool {
+    snapshot
+        .replicas
+        .iter()
+        .find(|r| r.id == Some(ReplicaId(id)))
+        .is_none_or(|r| r.avoided)
+}
 
 async fn a_replica_answering_errors_is_avoided(proto: Proto) {
     let replicas = [
@@ -29,7 +41,7 @@ async fn a_replica_answering_errors_is_avoided(proto: Proto) {
     assert!(unavailable > 0, "the errors reach the caller");
     let snapshot = balance.handle().snapshot();
     // Replica ids follow the order of insertion.
-    assert!(snapshot.replicas[2].avoided, "{snapshot:?}");
+    assert!(avoided_or_ejected(&snapshot, 2), "{snapshot:?}");
     let before = replicas[2].hits();
     let answers = load(&mut balance, proto, 100, 4).await;
     let failing = replicas[2].hits() - before;
@@ -41,6 +53,40 @@ async fn a_replica_answering_errors_is_avoided(proto: Proto) {
     assert_eq!(ok, 100 - failing);
 }
 both_protocols!(a_replica_answering_errors_is_avoided);
+
+/// Round robin has no error aversion of its own: the balancer's outlier ejection (on by
+/// default, as in the proxy) is what keeps it off a replica answering 503.
+async fn outlier_ejection_takes_a_failing_replica_out(proto: Proto) {
+    let replicas = [
+        Replica::start().await,
+        Replica::start().await,
+        Replica::start().await,
+    ];
+    replicas[2].set_status(503);
+    let addrs: Vec<_> = replicas.iter().map(|r| r.addr).collect();
+    let failing_share = |ejection: bool| {
+        let builder = Builder::new(policy("round-robin")).balancer(BalancerConfig {
+            outlier_ejection: ejection,
+            ..BalancerConfig::default()
+        });
+        let (mut balance, _changes) = balance_with(builder, proto, &addrs);
+        let replicas = &replicas;
+        async move {
+            let before = replicas[2].hits();
+            load(&mut balance, proto, 150, 1).await;
+            replicas[2].hits() - before
+        }
+    };
+    let with = failing_share(true).await;
+    let without = failing_share(false).await;
+    // Five failures in a row eject it (outlier defaults); without ejection it keeps a third.
+    assert!(
+        with <= 10,
+        "{with} of 150 queries reached the failing replica"
+    );
+    assert!(without >= 40, "without ejection: {without} of 150");
+}
+both_protocols!(outlier_ejection_takes_a_failing_replica_out);
 
 async fn an_unreachable_replica_is_avoided(proto: Proto) {
     let replicas = [Replica::start().await, Replica::start().await];
@@ -60,7 +106,7 @@ async fn an_unreachable_replica_is_avoided(proto: Proto) {
         "every request answered or failed: {answers:?}"
     );
     let snapshot = balance.handle().snapshot();
-    assert!(snapshot.replicas[2].avoided, "{snapshot:?}");
+    assert!(avoided_or_ejected(&snapshot, 2), "{snapshot:?}");
     let answers = load(&mut balance, proto, 100, 4).await;
     let errors = answers.iter().filter(|a| a.is_err()).count();
     assert!(errors <= 5, "{errors} of 100 queries failed: {answers:?}");

@@ -243,6 +243,15 @@ pub fn balance(
     proto: Proto,
     addrs: &[SocketAddr],
 ) -> (TestBalance, Changes<TestEndpoint>) {
+    balance_with(Builder::new(policy(name)), proto, addrs)
+}
+
+/// Like [`balance`], from a builder the test configured.
+pub fn balance_with(
+    builder: Builder,
+    proto: Proto,
+    addrs: &[SocketAddr],
+) -> (TestBalance, Changes<TestEndpoint>) {
     let client = client(proto);
     let (changes, discover) = discovery();
     for addr in addrs {
@@ -250,7 +259,7 @@ pub fn balance(
             .send(Change::Insert(*addr, endpoint(&client, *addr)))
             .unwrap();
     }
-    let balance = Builder::new(policy(name)).seed(7).build(discover).unwrap();
+    let balance = builder.seed(7).build(discover).unwrap();
     (balance, changes)
 }
 
