@@ -22,9 +22,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
+use prequal_model::scenario::{Arrivals, Compiled};
 use prequal_sim::engine::HedgeSummary;
 use prequal_sim::report::{Prediction, Report, RunResult};
-use prequal_sim::scenario::{Arrivals, Compiled};
 use serde::Serialize;
 
 use crate::loadgen::{self, LoadReport, LoadSpec, Progress};
