@@ -1,7 +1,6 @@
 //! # prequal-sim
 //!
-//! A discrete-event simulator that drives prequal-core's policies in virtual time, and the
-//! sans-IO server model ([`model`]) it shares with the live backend (`prequal backend`).
+//! A discrete-event simulator that drives prequal-core's policies in virtual time.
 //!
 //! A run reads a [`scenario`] (TOML: replicas, clients, load schedule, network, episodes,
 //! contenders, sweep), plans one run per contender and sweep point ([`report::plan`]), runs
@@ -10,6 +9,13 @@
 //! ([`prequal_core::Time`]); events wait in a radix heap ([`queue`]) that pops equal times in
 //! the order they were pushed; every random choice comes from streams seeded by the
 //! scenario's seed, so a seed and a file always give the same report.
+//!
+//! The replica models, the scenario file and the metrics are not this crate's own: they live
+//! in `prequal-model`, shared with the live testbed, and are re-exported here under the paths
+//! they had before the split. [`model`] is [`prequal_model::model`] (the sans-IO server model
+//! the live backend, `prequal backend`, runs too), [`scenario`] is
+//! [`prequal_model::scenario`] and [`metrics`] is [`prequal_model::metrics`]. The [`engine`],
+//! the event [`queue`], the [`report`]s and [`plot`]s are the simulator's.
 //!
 //! ```
 //! use std::path::Path;
@@ -42,9 +48,9 @@
 //! ```
 
 pub mod engine;
-pub mod metrics;
-pub mod model;
 pub mod plot;
 pub mod queue;
 pub mod report;
-pub mod scenario;
+
+#[doc(no_inline)]
+pub use prequal_model::{metrics, model, scenario};

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use http::StatusCode;
 use prequal_core::{EstimatorConfig, LoadReport, Time};
-use prequal_sim::model::ServersSpec;
+use prequal_model::model::ServersSpec;
 use prequal_testbed::backend::{Backend, BackendSpec, Bind, REPLICA_HEADER};
 
 use common::*;

@@ -18,7 +18,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use prequal_core::Time;
-use prequal_sim::scenario::Phase;
+use prequal_model::scenario::Phase;
 use prequal_testbed::backend::REPLICA_HEADER;
 use prequal_testbed::loadgen::{self, LoadReport, LoadSpec, Progress, Schedule};
 use tokio::net::TcpListener;

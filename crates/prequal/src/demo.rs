@@ -15,9 +15,9 @@ use std::io::Write as _;
 
 use anyhow::{Context, Result};
 use prequal_core::PolicyConfig;
+use prequal_experiment::Options;
 use prequal_sim::report;
 use prequal_sim::scenario::Scenario;
-use prequal_testbed::experiment::Options;
 
 /// The shipped scenario, embedded so the demo works from any directory.
 const SCENARIO: &str = include_str!("../../../scenarios/beyond-round-robin.toml");

@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use prequal_experiment::{self as experiment, Event, ExperimentReport, Options};
 use prequal_sim::scenario::Compiled;
-use prequal_testbed::experiment::{self, Event, ExperimentReport, Options};
 
 /// Arguments of `prequal experiment`.
 #[derive(clap::Args, Debug)]

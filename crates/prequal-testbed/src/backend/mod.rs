@@ -1,8 +1,9 @@
 //! `prequal backend`: emulated replicas on loopback ports, for live experiments.
 //!
 //! Each replica is an HTTP/1.1 + h2c server on its own port whose behaviour comes from the
-//! same sans-IO server model the simulator runs (`prequal_sim::model`), so one scenario file's
-//! `[servers]` section describes the replicas in both `prequal sim` and `prequal backend`:
+//! same sans-IO server model the simulator runs ([`prequal_model::model`]), so one scenario
+//! file's `[servers]` section describes the replicas in both `prequal sim` and
+//! `prequal backend`:
 //!
 //! - **latency model** (`latency = { kind = "normal", mean = "167ms", sd = "5ms" }`, or a
 //!   replayed trace): each query waits a delay drawn from the distribution; concurrency is
@@ -30,9 +31,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prequal_core::EstimatorConfig;
+use prequal_model::model::{Distribution, ModelError, ReplicaModel, ServersSpec, parse_trace};
+use prequal_model::scenario::Compiled;
 use prequal_server::{Clock, SharedTracker};
-use prequal_sim::model::{Distribution, ModelError, ReplicaModel, ServersSpec, parse_trace};
-use prequal_sim::scenario::Compiled;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use tokio::net::TcpListener;

@@ -18,9 +18,10 @@
 //! read) by then is a timeout and counts with latency `timeout`. Statuses below 400 are
 //! successes; 4xx, 5xx and transport failures are errors. A query that would exceed
 //! `max_in_flight` is not sent and counts as an error. Results go into the simulator's
-//! [`Recorder`](prequal_sim::metrics::Recorder), attributed to the second and phase of the
-//! intended send time, so a run yields the same [`Measured`] as `prequal sim`; the replica that
-//! served a query is read from the `x-prequal-replica` response header.
+//! [`Recorder`](prequal_model::metrics::Recorder) (from `prequal-model`, which both share),
+//! attributed to the second and phase of the intended send time, so a run yields the same
+//! [`Measured`] as `prequal sim`; the replica that served a query is read from the
+//! `x-prequal-replica` response header.
 //!
 //! With several targets (one per balancer), queries go round robin over them: each receives an
 //! equal share of the aggregate schedule, like independent groups of clients behind separate
@@ -32,8 +33,8 @@ pub mod schedule;
 
 use std::time::{Duration, SystemTime};
 
-use prequal_sim::metrics::Measured;
-use prequal_sim::scenario::Phase;
+use prequal_model::metrics::Measured;
+use prequal_model::scenario::Phase;
 use serde::Serialize;
 
 pub use http::Uri;

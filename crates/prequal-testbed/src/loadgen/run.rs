@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use hdrhistogram::Histogram;
 use http::Uri;
 use prequal_core::{Outcome, Time};
-use prequal_sim::metrics::Recorder;
+use prequal_model::metrics::Recorder;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 

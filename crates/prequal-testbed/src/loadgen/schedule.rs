@@ -9,7 +9,7 @@
 //! the seed, never on how the run goes.
 
 use prequal_core::Time;
-use prequal_sim::scenario::Phase;
+use prequal_model::scenario::Phase;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use rand_distr::{Distribution, Exp1};

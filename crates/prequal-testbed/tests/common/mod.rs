@@ -14,8 +14,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use prequal_core::{EstimatorConfig, LoadReport};
+use prequal_model::model::ServersSpec;
 use prequal_server::protocol;
-use prequal_sim::model::ServersSpec;
 use prequal_testbed::backend::{Backend, BackendSpec, Bind};
 
 /// The longest any step may take before the test fails.

@@ -1,10 +1,12 @@
+//! # prequal-experiment
+//!
 //! `prequal experiment`: a scenario run live on loopback, one contender after another.
 //!
 //! For each contender the runner starts fresh emulated replicas (`prequal backend`, as a child
 //! process, from the scenario's `[servers]`), the contender's balancers (`prequal proxy` with a
 //! core policy, HAProxy, nginx or Traefik with one of their algorithms, as many independent instances as
 //! the scenario asks for, or none for `direct`), then drives the scenario's load schedule
-//! through them with the open-loop load generator ([`crate::loadgen`]), and stops every process
+//! through them with the open-loop load generator ([`prequal_testbed::loadgen`]), and stops every process
 //! again: on success, on failure, and after SIGINT/SIGTERM ([`process::Child`]). Replicas and
 //! load share one time zero, so episodes land where the scenario puts them.
 //!
@@ -12,6 +14,10 @@
 //! are the simulator's, plus what only a live run knows ([`ContenderRecord`]). With
 //! [`Options::predict`], each run also carries the simulator's prediction for the same scenario
 //! with the contender's equivalent core policy (HAProxy's `leastconn` is `least-loaded`, ...).
+//!
+//! This is the one part of the testbed that needs the simulator (its planning, engine, report
+//! and plots), so it is a crate of its own: `prequal-testbed`'s replicas and load generator
+//! depend only on `prequal-model`.
 
 pub mod contender;
 mod page;
@@ -22,13 +28,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
+use prequal_model::scenario::{Arrivals, Compiled};
 use prequal_sim::engine::HedgeSummary;
 use prequal_sim::report::{Prediction, Report, RunResult};
-use prequal_sim::scenario::{Arrivals, Compiled};
 use serde::Serialize;
 
-use crate::loadgen::{self, LoadReport, LoadSpec, Progress};
 pub use contender::{Balancer, Contender, Instance};
+use prequal_testbed::loadgen::{self, LoadReport, LoadSpec, Progress};
 pub use process::{Child, Interrupted};
 
 /// An experiment could not run.

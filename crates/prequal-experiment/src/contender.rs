@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use prequal_core::{HedgeConfig, PolicyConfig};
-use prequal_sim::scenario::BalancerKeys;
+use prequal_model::scenario::BalancerKeys;
 
 use super::ExperimentError;
 
