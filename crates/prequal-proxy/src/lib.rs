@@ -45,6 +45,7 @@ pub mod reload;
 pub mod replay;
 pub mod routing;
 pub mod server;
+mod shared;
 pub mod tls;
 pub mod upstream;
 

@@ -21,8 +21,7 @@ use std::cell::Cell;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 use http::{Request, Response, StatusCode};
@@ -42,6 +41,7 @@ use crate::forward::{Limits, forward, local_response};
 use crate::headers::ClientHop;
 use crate::metrics::Metrics;
 use crate::routing::Routing;
+pub use crate::shared::Shared;
 use crate::tls::ServerTls;
 
 /// Why the proxy could not start or reload.
@@ -76,37 +76,6 @@ pub enum ProxyError {
     },
 }
 
-/// State shared by every connection, the admin listener and reloads.
-#[derive(Debug)]
-pub struct Shared {
-    routing: RwLock<Arc<Routing>>,
-    /// The proxy's metrics.
-    pub metrics: Arc<Metrics>,
-    epoch: Instant,
-    draining: AtomicBool,
-    access_log: Option<AccessLog>,
-    /// TLS termination, when `[server.tls]` is set.
-    tls: Option<Arc<ServerTls>>,
-}
-
-impl Shared {
-    /// The routing table now in force.
-    pub fn routing(&self) -> Arc<Routing> {
-        let guard = self.routing.read().unwrap_or_else(|p| p.into_inner());
-        Arc::clone(&guard)
-    }
-
-    /// True once shutdown has begun.
-    pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Relaxed)
-    }
-
-    /// The listener's TLS, when it terminates TLS.
-    pub fn tls(&self) -> Option<&Arc<ServerTls>> {
-        self.tls.as_ref()
-    }
-}
-
 /// A handle to a running proxy, for reloads and views; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct ProxyHandle {
@@ -122,13 +91,13 @@ impl ProxyHandle {
         if config.server != old.config().server || config.admin != old.config().admin {
             tracing::warn!("[server] and [admin] changes take effect only after a restart");
         }
-        let routing = Routing::build(config, Some(&old), self.shared.epoch, &self.shared.metrics)?;
-        let mut guard = self
-            .shared
-            .routing
-            .write()
-            .unwrap_or_else(|p| p.into_inner());
-        *guard = Arc::new(routing);
+        let routing = Routing::build(
+            config,
+            Some(&old),
+            self.shared.epoch(),
+            &self.shared.metrics,
+        )?;
+        self.shared.set_routing(routing);
         tracing::info!("configuration reloaded");
         Ok(())
     }
@@ -188,14 +157,7 @@ impl Proxy {
                 })?,
             ),
         };
-        let shared = Arc::new(Shared {
-            routing: RwLock::new(Arc::new(routing)),
-            metrics,
-            epoch,
-            draining: AtomicBool::new(false),
-            access_log,
-            tls,
-        });
+        let shared = Arc::new(Shared::new(routing, metrics, epoch, access_log, tls));
         Ok(Proxy {
             shared,
             listener,
@@ -246,7 +208,7 @@ impl Proxy {
             }
         };
         accept_until(listener, shutdown, deal).await;
-        shared.draining.store(true, Ordering::Relaxed);
+        shared.start_draining();
         tracing::info!("draining in-flight requests");
         // Closing a worker's queue makes it drain; all threads drain at the same time.
         let stopped: Vec<_> = workers.into_iter().map(|w| w.done).collect();
@@ -286,7 +248,7 @@ impl Serving {
             limits: Limits {
                 max_body_bytes: server.max_body_bytes,
             },
-            tls: shared.tls.clone(),
+            tls: shared.tls().cloned(),
             graceful: GracefulShutdown::new(),
         }
     }
@@ -410,7 +372,7 @@ async fn handle(
     let start = Instant::now();
     let id = ensure_request_id(request.headers_mut());
     // What the access log needs of the request, kept only when there is one.
-    let logged = shared.access_log.as_ref().map(|_| {
+    let logged = shared.access_log().map(|_| {
         let host = request
             .headers()
             .get(http::header::HOST)
@@ -437,7 +399,7 @@ async fn handle(
             (response, Some(cluster))
         }
     };
-    if let (Some(log), Some((method, host, path))) = (&shared.access_log, logged) {
+    if let (Some(log), Some((method, host, path))) = (shared.access_log(), logged) {
         let served = response
             .extensions()
             .get::<Served>()

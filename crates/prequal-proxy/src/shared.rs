@@ -1,0 +1,82 @@
+//! What every connection, the admin listener and reloads share: the routing table in force
+//! (swapped whole by a reload), the metrics, the proxy's epoch, whether it is draining, the
+//! access log and the listener's TLS.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use crate::access_log::AccessLog;
+use crate::metrics::Metrics;
+use crate::routing::Routing;
+use crate::tls::ServerTls;
+
+/// State shared by every connection, the admin listener and reloads.
+#[derive(Debug)]
+pub struct Shared {
+    routing: RwLock<Arc<Routing>>,
+    /// The proxy's metrics.
+    pub metrics: Arc<Metrics>,
+    epoch: Instant,
+    draining: AtomicBool,
+    access_log: Option<AccessLog>,
+    /// TLS termination, when `[server.tls]` is set.
+    tls: Option<Arc<ServerTls>>,
+}
+
+impl Shared {
+    /// The state of a proxy that starts serving `routing`.
+    pub(crate) fn new(
+        routing: Routing,
+        metrics: Arc<Metrics>,
+        epoch: Instant,
+        access_log: Option<AccessLog>,
+        tls: Option<Arc<ServerTls>>,
+    ) -> Self {
+        Shared {
+            routing: RwLock::new(Arc::new(routing)),
+            metrics,
+            epoch,
+            draining: AtomicBool::new(false),
+            access_log,
+            tls,
+        }
+    }
+
+    /// The routing table now in force.
+    pub fn routing(&self) -> Arc<Routing> {
+        let guard = self.routing.read().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(&guard)
+    }
+
+    /// Puts `routing` in force; requests already routed keep the table they got.
+    pub(crate) fn set_routing(&self, routing: Routing) {
+        let mut guard = self.routing.write().unwrap_or_else(|p| p.into_inner());
+        *guard = Arc::new(routing);
+    }
+
+    /// When the proxy started: the zero of its policies' clock.
+    pub(crate) fn epoch(&self) -> Instant {
+        self.epoch
+    }
+
+    /// True once shutdown has begun.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    /// Marks the start of shutdown (`/ready` answers 503 from now on).
+    pub(crate) fn start_draining(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    /// The access log, when `server.access_log` is set.
+    pub(crate) fn access_log(&self) -> Option<&AccessLog> {
+        self.access_log.as_ref()
+    }
+
+    /// The listener's TLS, when it terminates TLS.
+    pub fn tls(&self) -> Option<&Arc<ServerTls>> {
+        self.tls.as_ref()
+    }
+}
