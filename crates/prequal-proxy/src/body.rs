@@ -46,6 +46,8 @@ pub struct TryGuard {
     pub cluster: Arc<Cluster>,
     /// The replica it went to.
     pub replica: ReplicaId,
+    /// The data-plane worker it runs on.
+    pub worker: usize,
     /// The policy's id for it.
     pub query: QueryId,
     /// When it was dispatched.
@@ -62,10 +64,11 @@ pub struct TryGuard {
 impl TryGuard {
     /// A try dispatched now to `chosen`: cancelled until proven otherwise, so that if it is
     /// dropped (the client went away, or another try answered first) it is reported as such.
-    pub fn dispatched(cluster: &Arc<Cluster>, chosen: &Chosen) -> Self {
+    pub fn dispatched(cluster: &Arc<Cluster>, chosen: &Chosen, worker: usize) -> Self {
         TryGuard {
             cluster: Arc::clone(cluster),
             replica: chosen.replica,
+            worker,
             query: chosen.query,
             start: Instant::now(),
             outcome: Outcome::Cancelled,
@@ -92,6 +95,7 @@ impl Drop for TryGuard {
             (latency, self.answered),
             self.outcome,
             self.report.take(),
+            self.worker,
         );
     }
 }

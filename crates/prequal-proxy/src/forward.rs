@@ -76,12 +76,14 @@ fn is_idempotent(method: &Method) -> bool {
     )
 }
 
-/// Forwards `request` to `cluster`, retrying and hedging as the module docs say.
+/// Forwards `request` to `cluster` over the connections of data-plane `worker` (the thread
+/// this runs on), retrying and hedging as the module docs say.
 pub async fn forward(
     cluster: &Arc<Cluster>,
     request: Request<Incoming>,
     client: &ClientHop,
     limits: Limits,
+    worker: usize,
 ) -> Response<ProxyBody> {
     let (mut parts, body) = request.into_parts();
     if parts.method == http::Method::CONNECT {
@@ -116,6 +118,7 @@ pub async fn forward(
         body,
         tried: Vec::new(),
         deadline: Instant::now() + config.request_timeout,
+        worker,
     };
     // The tries in flight: the first (or a retry), and the hedges sent while it runs.
     let mut running = FuturesUnordered::new();
@@ -228,6 +231,8 @@ struct Tries<'a> {
     /// Replicas this request was sent to, never picked again while others are left.
     tried: Vec<ReplicaId>,
     deadline: Instant,
+    /// The data-plane worker whose connections the tries use.
+    worker: usize,
 }
 
 impl<'a> Tries<'a> {
@@ -243,7 +248,9 @@ impl<'a> Tries<'a> {
         last: bool,
     ) -> Option<TryFuture<'a>> {
         let body = self.body.for_try()?;
-        let chosen = self.cluster.pick(first, &self.tried, strict).await?;
+        let chosen = (self.cluster)
+            .pick(self.worker, first, &self.tried, strict)
+            .await?;
         self.tried.push(chosen.replica);
         let headers = match last {
             true => std::mem::take(&mut self.parts.headers),
@@ -253,7 +260,7 @@ impl<'a> Tries<'a> {
         let upstream = upstream_request(&self.parts, headers, version, body);
         // The guard exists from the dispatch on, so the policy hears of this try's end even
         // if its future is dropped before it first runs.
-        let guard = TryGuard::dispatched(self.cluster, &chosen);
+        let guard = TryGuard::dispatched(self.cluster, &chosen, self.worker);
         let step = one_try(guard, chosen.authority, upstream, self.deadline);
         Some(Box::pin(async move { (step.await, hedge) }))
     }
@@ -333,7 +340,8 @@ async fn one_try(
         .config()
         .try_timeout
         .min(deadline - Instant::now().min(deadline));
-    let send = cluster.upstream().send(guard.replica, &authority, upstream);
+    let upstream_pool = cluster.upstream(guard.worker);
+    let send = upstream_pool.send(guard.replica, &authority, upstream);
     let sent = tokio::time::timeout(limit, send).await;
     let response = match sent {
         Err(_) => {

@@ -44,14 +44,15 @@ const MAX_FAILURE_ROUNDS: usize = 2;
 const PROBE_LINGER: Duration = Duration::from_secs(1);
 
 impl Cluster {
-    /// Sends each probe in `outbox` as its own task.
-    pub(crate) fn send_probes(self: &Arc<Self>, outbox: Outbox) {
+    /// Sends each probe in `outbox` as its own task, over the probe connections of data-plane
+    /// `worker` (the thread this runs on).
+    pub(crate) fn send_probes(self: &Arc<Self>, outbox: Outbox, worker: usize) {
         let mut outbox = outbox;
         for _ in 0..MAX_FAILURE_ROUNDS {
             if outbox.is_empty() {
                 return;
             }
-            let failed = self.launch(outbox);
+            let failed = self.launch(outbox, worker);
             outbox = Vec::new();
             for probe in failed {
                 outbox.extend(self.probe_result(&probe, None));
@@ -65,7 +66,7 @@ impl Cluster {
     }
 
     /// Starts a task per probe; returns the probes that could not be started.
-    fn launch(self: &Arc<Self>, outbox: Outbox) -> Vec<ProbeRequest> {
+    fn launch(self: &Arc<Self>, outbox: Outbox, worker: usize) -> Vec<ProbeRequest> {
         let mut failed = Vec::new();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return outbox.into_iter().map(|(p, _)| p).collect();
@@ -89,7 +90,7 @@ impl Cluster {
             };
             let cluster = Arc::clone(self);
             let slot = (permit, outstanding);
-            runtime.spawn(run_probe(cluster, probe, target.authority, slot));
+            runtime.spawn(run_probe(cluster, probe, target.authority, slot, worker));
         }
         failed
     }
@@ -122,17 +123,18 @@ async fn run_probe(
     probe: ProbeRequest,
     authority: http::uri::Authority,
     permit: (OwnedSemaphorePermit, Outstanding),
+    worker: usize,
 ) {
     // Probes are spawned while a request is being picked for; yielding once lets that request
     // be written to its replica first, so probing never delays the query that triggered it.
     tokio::task::yield_now().await;
-    let mut fetch = std::pin::pin!(fetch(&cluster, &probe, &authority));
+    let mut fetch = std::pin::pin!(fetch(&cluster, &probe, &authority, worker));
     let report = match tokio::time::timeout(cluster.probe_timeout, fetch.as_mut()).await {
         Ok(Ok(report)) => report,
         Ok(Err(error)) => {
             tracing::debug!(cluster = cluster.name(), replica = %authority, %error, "probe failed");
             drop(permit);
-            cluster.send_probes(cluster.probe_result(&probe, None));
+            cluster.send_probes(cluster.probe_result(&probe, None), worker);
             return;
         }
         Err(_) => {
@@ -140,20 +142,21 @@ async fn run_probe(
             // left to finish (within PROBE_LINGER, holding its probe slot) so that its
             // connection goes back to the pool: dropping it would close the connection, and
             // under load, when probes run late, every late probe would cost a new connection.
-            cluster.send_probes(cluster.probe_result(&probe, None));
+            cluster.send_probes(cluster.probe_result(&probe, None), worker);
             let _ = tokio::time::timeout(PROBE_LINGER, fetch).await;
             drop(permit);
             return;
         }
     };
     drop(permit);
-    cluster.send_probes(cluster.probe_result(&probe, Some(&report)));
+    cluster.send_probes(cluster.probe_result(&probe, Some(&report)), worker);
 }
 
 async fn fetch(
     cluster: &Cluster,
     probe: &ProbeRequest,
     authority: &http::uri::Authority,
+    worker: usize,
 ) -> Result<LoadReport, BoxError> {
     let path = match probe.hint {
         None => plain_probe_path()?,
@@ -170,7 +173,7 @@ async fn fetch(
         );
     }
     let response = cluster
-        .probe_upstream()
+        .probe_upstream(worker)
         .send(probe.replica, authority, request)
         .await?;
     Ok(read_probe_reply(response).await?)
@@ -201,7 +204,8 @@ async fn timer_loop(weak: Weak<Cluster>, wake: Arc<tokio::sync::Notify>) {
                 return;
             };
             let (outbox, deadline) = cluster.tick();
-            cluster.send_probes(outbox);
+            // The timer runs on the thread that accepts, data-plane worker 0.
+            cluster.send_probes(outbox, 0);
             deadline
         };
         match deadline {

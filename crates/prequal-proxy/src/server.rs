@@ -17,7 +17,6 @@
 //! closed, HTTP/2 connections get a GOAWAY, and requests in flight run to completion (up to
 //! `server.drain_timeout`).
 
-use std::cell::Cell;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -198,7 +197,7 @@ impl Proxy {
         let workers: Vec<Worker> = (1..server.workers())
             .filter_map(|index| Worker::spawn(index, &shared, &server))
             .collect();
-        let local = Serving::new(&server, &shared);
+        let local = Serving::new(&server, &shared, 0);
         let mut next = 0usize;
         let deal = |stream, remote| {
             next = (next + 1) % (workers.len() + 1);
@@ -222,19 +221,12 @@ impl Proxy {
     }
 }
 
-thread_local! {
-    static WORKER: Cell<usize> = const { Cell::new(0) };
-}
-
-/// The data-plane worker the current thread is: 0 for the thread that runs [`Proxy::run`] (and
-/// any thread that is not a worker), 1.. for the threads it starts.
-pub(crate) fn worker_index() -> usize {
-    WORKER.with(Cell::get)
-}
-
 /// What one thread needs to serve connections: the HTTP/1.1 + HTTP/2 builder, the limits, the
-/// TLS acceptor if any, and the watcher that drains its connections on shutdown.
+/// TLS acceptor if any, the watcher that drains its connections on shutdown, and which
+/// data-plane worker it is (0 for the thread that runs [`Proxy::run`], 1.. for the threads it
+/// starts), which picks the connection pools its requests and probes use.
 struct Serving {
+    worker: usize,
     builder: auto::Builder<TokioExecutor>,
     limits: Limits,
     tls: Option<Arc<ServerTls>>,
@@ -242,8 +234,9 @@ struct Serving {
 }
 
 impl Serving {
-    fn new(server: &ServerConfig, shared: &Shared) -> Self {
+    fn new(server: &ServerConfig, shared: &Shared, worker: usize) -> Self {
         Serving {
+            worker,
             builder: connection_builder(server),
             limits: Limits {
                 max_body_bytes: server.max_body_bytes,
@@ -261,9 +254,11 @@ impl Serving {
             Some(_) => ClientHop::over_tls(remote),
         };
         let client = Arc::new(hop);
-        let limits = self.limits;
-        let service =
-            service_fn(move |req| handle(Arc::clone(&state), req, Arc::clone(&client), limits));
+        let (limits, worker) = (self.limits, self.worker);
+        let service = service_fn(move |req| {
+            let client = Arc::clone(&client);
+            handle(Arc::clone(&state), req, client, limits, worker)
+        });
         match &self.tls {
             None => spawn_connection(&self.builder, stream, remote, service, &self.graceful),
             Some(tls) => {
@@ -300,7 +295,7 @@ impl Worker {
         let shared = Arc::clone(shared);
         let server = server.clone();
         let work = async move {
-            let serving = Serving::new(&server, &shared);
+            let serving = Serving::new(&server, &shared, index);
             while let Some((stream, remote)) = accepted.recv().await {
                 match TcpStream::from_std(stream) {
                     Ok(stream) => serving.serve(stream, remote, &shared),
@@ -312,7 +307,6 @@ impl Worker {
         std::thread::Builder::new()
             .name(format!("prequal-data-{index}"))
             .spawn(move || {
-                WORKER.with(|w| w.set(index));
                 runtime.block_on(work);
                 let _ = finished.send(());
             })
@@ -368,6 +362,7 @@ async fn handle(
     mut request: Request<Incoming>,
     client: Arc<ClientHop>,
     limits: Limits,
+    worker: usize,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let start = Instant::now();
     let id = ensure_request_id(request.headers_mut());
@@ -393,7 +388,7 @@ async fn handle(
             drop(routing);
             let metrics = &cluster.metrics;
             metrics.requests.inc();
-            let response = forward(&cluster, request, &client, limits).await;
+            let response = forward(&cluster, request, &client, limits, worker).await;
             metrics.duration.observe(start.elapsed().as_secs_f64());
             metrics.response(response.status().as_u16());
             (response, Some(cluster))

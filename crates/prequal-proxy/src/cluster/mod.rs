@@ -161,14 +161,14 @@ impl Cluster {
         &self.config
     }
 
-    /// The connection pools for requests made on this thread.
-    pub(crate) fn upstream(&self) -> &Upstream {
-        &self.upstreams[crate::server::worker_index() % self.upstreams.len()]
+    /// The connection pools for requests made on data-plane `worker`.
+    pub(crate) fn upstream(&self, worker: usize) -> &Upstream {
+        &self.upstreams[worker % self.upstreams.len()]
     }
 
-    /// The connection pools for probes sent from this thread.
-    pub(crate) fn probe_upstream(&self) -> &Upstream {
-        &self.probe_upstreams[crate::server::worker_index() % self.probe_upstreams.len()]
+    /// The connection pools for probes sent from data-plane `worker`.
+    pub(crate) fn probe_upstream(&self, worker: usize) -> &Upstream {
+        &self.probe_upstreams[worker % self.probe_upstreams.len()]
     }
 
     /// The HTTP version spoken to the replicas.
@@ -254,11 +254,13 @@ impl Cluster {
         self.lock().by_addr.keys().cloned().collect()
     }
 
-    /// Chooses a replica for one try and tells the policy it is dispatched. `first` marks a
-    /// request's first try (it earns retry budget); `exclude` lists replicas already tried,
-    /// which `strict` says whether to fall back to when no other is left.
+    /// Chooses a replica for one try and tells the policy it is dispatched; the probes the
+    /// policy asks for go from data-plane `worker`. `first` marks a request's first try (it
+    /// earns retry budget); `exclude` lists replicas already tried, which `strict` says whether
+    /// to fall back to when no other is left.
     pub async fn pick(
         self: &Arc<Self>,
+        worker: usize,
         first: bool,
         exclude: &[ReplicaId],
         strict: Strict,
@@ -296,7 +298,7 @@ impl Cluster {
             }
             (decided, waiter, outbox)
         };
-        self.send_probes(outbox);
+        self.send_probes(outbox, worker);
         if let Some(decided) = decided {
             return decided;
         }
@@ -391,7 +393,8 @@ impl Cluster {
     /// prequal-core's `Balancer::loser_outcome`), the delay being the learned p95 of the time to a successful response
     /// head (as in the simulator, see prequal-core's `Hedger::loser_outcome`; learned whether
     /// or not hedging is on); one abandoned sooner, or while its body streamed, counts for
-    /// nothing but the policy's in-flight count.
+    /// nothing but the policy's in-flight count. The probes the policy then asks for go from
+    /// data-plane `worker`.
     pub fn complete(
         self: &Arc<Self>,
         replica: ReplicaId,
@@ -399,6 +402,7 @@ impl Cluster {
         (latency, answered): (Duration, Option<Duration>),
         outcome: Outcome,
         report: Option<LoadReport>,
+        worker: usize,
     ) {
         let now = self.now();
         let mut guard = self.lock();
@@ -428,19 +432,19 @@ impl Cluster {
         if outcome != Outcome::Cancelled {
             core.note_result(replica, outcome, ejection, &self.metrics);
         }
-        self.after_event(guard, now);
+        self.after_event(guard, now, worker);
     }
 
     /// Ends an event: drains the policy's outputs, rearms the timer, releases the lock and
-    /// sends the probes asked for.
-    fn after_event(self: &Arc<Self>, mut guard: MutexGuard<'_, Core>, now: Time) {
+    /// sends the probes asked for from `worker`.
+    fn after_event(self: &Arc<Self>, mut guard: MutexGuard<'_, Core>, now: Time, worker: usize) {
         let outbox = guard.drain(now);
         let rearm = guard.rearm();
         drop(guard);
         if rearm {
             self.wake.notify_one();
         }
-        self.send_probes(outbox);
+        self.send_probes(outbox, worker);
     }
 
     /// A probe ended: `Some(report)` if answered, `None` if it failed.
