@@ -45,10 +45,11 @@ use prequal_http::protocol::{LOAD_HEADER, parse_reply};
 use prequal_http::{TrackedBody, head_outcome};
 
 use crate::access_log::Served;
-use crate::body::{ProxyBody, TryGuard, full};
+use crate::body::{ProxyBody, full};
 use crate::cluster::{Cluster, Strict};
 use crate::headers::{ClientHop, Direction, add_forwarding, strip_hop_by_hop};
 use crate::replay::RequestBody;
+use crate::try_guard::TryGuard;
 use crate::upstream::UpstreamBody;
 
 /// Limits that apply to every request, from `[server]`.

@@ -47,6 +47,7 @@ pub mod routing;
 pub mod server;
 mod shared;
 pub mod tls;
+pub mod try_guard;
 pub mod upstream;
 
 pub use config::{ClusterConfig, ConfigError, ProxyConfig, RouteConfig, UpstreamProtocol};
