@@ -34,6 +34,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::access_log::{AccessLog, Entry, REQUEST_ID, Served, ensure_request_id};
+use crate::background::Background;
 use crate::body::ProxyBody;
 use crate::config::{ProxyConfig, ServerConfig};
 use crate::forward::{Limits, forward, local_response};
@@ -90,13 +91,15 @@ impl ProxyHandle {
         if config.server != old.config().server || config.admin != old.config().admin {
             tracing::warn!("[server] and [admin] changes take effect only after a restart");
         }
-        let routing = Routing::build(
-            config,
-            Some(&old),
-            self.shared.epoch(),
-            &self.shared.metrics,
-        )?;
+        // Within the proxy's runtime, wherever this is called from: the file watches that
+        // building starts spawn themselves on the current runtime.
+        let runtime = self.shared.runtime();
+        let _entered = runtime.enter();
+        let epoch = self.shared.epoch();
+        let (routing, background) =
+            Routing::build(config, Some(&old), epoch, &self.shared.metrics)?;
         self.shared.set_routing(routing);
+        spawn(runtime, background);
         tracing::info!("configuration reloaded");
         Ok(())
     }
@@ -146,7 +149,7 @@ impl Proxy {
         };
         let epoch = Instant::now();
         let metrics = Arc::new(Metrics::new());
-        let routing = Routing::build(config, None, epoch, &metrics)?;
+        let (routing, background) = Routing::build(config, None, epoch, &metrics)?;
         let access_log = match &config.server.access_log {
             None => None,
             Some(path) => Some(
@@ -156,7 +159,12 @@ impl Proxy {
                 })?,
             ),
         };
-        let shared = Arc::new(Shared::new(routing, metrics, epoch, access_log, tls));
+        // Background work runs on the runtime the proxy is bound in (and so is reloaded in).
+        let runtime = tokio::runtime::Handle::current();
+        spawn(&runtime, background);
+        let shared = Arc::new(Shared::new(
+            routing, metrics, epoch, access_log, tls, runtime,
+        ));
         Ok(Proxy {
             shared,
             listener,
@@ -337,6 +345,13 @@ impl Worker {
                 Err(error) => tracing::debug!(%error, "cannot adopt a connection"),
             }
         }
+    }
+}
+
+/// Spawns the clusters' timers and DNS watches on `runtime`.
+fn spawn(runtime: &tokio::runtime::Handle, background: Background) {
+    for task in background.into_tasks() {
+        runtime.spawn(task);
     }
 }
 

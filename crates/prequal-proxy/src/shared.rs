@@ -22,6 +22,8 @@ pub struct Shared {
     access_log: Option<AccessLog>,
     /// TLS termination, when `[server.tls]` is set.
     tls: Option<Arc<ServerTls>>,
+    /// The runtime the proxy was bound in, which runs its background work.
+    runtime: tokio::runtime::Handle,
 }
 
 impl Shared {
@@ -32,6 +34,7 @@ impl Shared {
         epoch: Instant,
         access_log: Option<AccessLog>,
         tls: Option<Arc<ServerTls>>,
+        runtime: tokio::runtime::Handle,
     ) -> Self {
         Shared {
             routing: RwLock::new(Arc::new(routing)),
@@ -40,6 +43,7 @@ impl Shared {
             draining: AtomicBool::new(false),
             access_log,
             tls,
+            runtime,
         }
     }
 
@@ -58,6 +62,12 @@ impl Shared {
     /// When the proxy started: the zero of its policies' clock.
     pub(crate) fn epoch(&self) -> Instant {
         self.epoch
+    }
+
+    /// The runtime the proxy was bound in: the accepting thread's, which runs the clusters'
+    /// timers and discovery.
+    pub(crate) fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.runtime
     }
 
     /// True once shutdown has begun.

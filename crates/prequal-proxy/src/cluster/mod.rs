@@ -1,78 +1,59 @@
 //! One upstream cluster: its replicas, its policy instance, and the resilience state around it.
 //!
-//! The policy from prequal-core lives in the cluster state behind a `std::sync::Mutex` held only
-//! for the few microseconds an event takes and never across an `.await`. Every event (a pick, a
-//! completion, a probe reply, a timer) is one short critical section that also drains what the
-//! policy wants done next: probes to send (handed to [`crate::prober`] after the lock is
-//! released, so probe traffic never runs on a request's path) and sync-mode decisions to hand to
-//! the requests waiting for them. Time is the nanoseconds since the proxy started, as a
-//! [`Time`].
+//! A cluster is prequal-core's [`Balancer`] and the proxy's per-replica records behind one
+//! `std::sync::Mutex` (`state.rs`), plus its connections: pools for requests and, in the
+//! [`crate::prober`], pools for probes, one of each per data-plane worker, kept outside the lock.
+//! The lock is held only for the few microseconds an event takes and never across an
+//! `.await`. Every event (a pick, a completion, a probe reply, a timer) is one short critical
+//! section that also drains what the policy wants done next: probes to send (handed to the
+//! prober after the lock is released, so probe traffic never runs on a request's path) and
+//! sync-mode decisions to hand to the requests waiting for them. Time is the nanoseconds since
+//! the proxy started, as a [`Time`].
 //!
-//! The policy sits inside prequal-core's [`Balancer`], which decides everything around it, the
-//! same lines the simulator runs: outlier ejection (an ejected replica is removed from the policy
-//! and inserted again when its ejection ends), slow start (a replica that joins after the
-//! cluster started is passed over, with probability `1 − factor`, for another one while it
-//! ramps up), exclusion of replicas a request already tried, the retry budget and
-//! `max_attempts`, and when a hedge is due. The cluster adds the connections, the metrics and
-//! the logs.
+//! The policy sits inside the [`Balancer`], which decides everything around it, the same lines
+//! the simulator runs: outlier ejection (an ejected replica is removed from the policy and
+//! inserted again when its ejection ends), slow start (a replica that joins after the cluster
+//! started is passed over, with probability `1 − factor`, for another one while it ramps up),
+//! exclusion of replicas a request already tried, the retry budget and `max_attempts`, and when
+//! a hedge is due. The cluster adds the connections, the metrics and the logs.
+//!
+//! **Timer.** [`Cluster::new`] returns, beside the cluster, its timer task as
+//! [`Background`] work for the server to spawn. It sleeps until the policy's `poll_timeout()`
+//! (idle probing, server-report polling for weighted-round-robin and yarp-p2c, sync-mode probe
+//! timeouts) or the end of an outlier ejection, whichever is first, and then calls
+//! `handle_timeout`. An event whose new deadline is earlier than the one the timer sleeps until
+//! wakes it early. The task holds only a weak reference, so it ends when its cluster is dropped
+//! (after a reload).
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-use http::uri::Authority;
 use prequal_core::{
     Balancer, Completion, HedgeDecision, LoadReport, Outcome, Pick, ProbeRequest, Query, QueryId,
     ReplicaId, RetryDecision, Time,
 };
-use rand::SeedableRng;
-use rand::rngs::SmallRng;
-use tokio::sync::{Notify, Semaphore, oneshot};
+use tokio::sync::{Notify, oneshot};
 
 mod state;
 
 pub use prequal_core::Strict;
 
-use self::state::{Core, Member, random_seed};
-use crate::config::{ClusterConfig, UpstreamProtocol};
+pub use self::state::Chosen;
+use self::state::State;
+use crate::background::Background;
+use crate::config::ClusterConfig;
 use crate::connector::Connector;
 use crate::metrics::{ClusterMetrics, Metrics};
+use crate::prober::{self, Outbox, ProbeOwner, Prober};
 use crate::tls::ClientTls;
 use crate::upstream::Upstream;
 
 /// Probe timeout for policies that do not name one (they never probe, so it is only a bound).
 const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_millis(100);
 
-/// `d` rounded to whole milliseconds, for people to read.
-fn round_ms(d: Duration) -> Duration {
-    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 /// The shortest sleep of the timer task, so a policy that keeps asking for "now" cannot spin it.
 const MIN_TIMER_STEP: Duration = Duration::from_micros(50);
-
-/// A probe to send, with where it goes (`None` if the replica left meanwhile).
-pub(crate) type Outbox = Vec<(ProbeRequest, Option<ProbeTarget>)>;
-
-/// The replica a probe goes to: its address and its count of probes outstanding.
-#[derive(Debug, Clone)]
-pub(crate) struct ProbeTarget {
-    pub(crate) authority: Authority,
-    /// Probes sent to the replica that have not finished yet, late ones included.
-    pub(crate) outstanding: Arc<AtomicUsize>,
-}
-
-/// The replica a try goes to.
-#[derive(Debug, Clone)]
-pub struct Chosen {
-    /// The replica.
-    pub replica: ReplicaId,
-    /// Its `host:port`.
-    pub authority: Authority,
-    /// The policy's id for this try.
-    pub query: QueryId,
-}
 
 /// One upstream cluster. See the module docs.
 #[derive(Debug)]
@@ -80,15 +61,15 @@ pub struct Cluster {
     name: String,
     config: ClusterConfig,
     epoch: Instant,
-    core: Mutex<Core>,
+    /// The balancer and what the proxy keeps per replica: the one lock an event takes.
+    state: Mutex<State>,
     /// Connection pools per data-plane worker, so a worker's requests use connections its
     /// own runtime drives (no cross-thread wake-ups on the hot path).
     upstreams: Vec<Upstream>,
-    /// The same for probes, whose pools are kept apart from requests'.
-    probe_upstreams: Vec<Upstream>,
-    pub(crate) probe_timeout: Duration,
-    pub(crate) probe_slots: Arc<Semaphore>,
-    pub(crate) wake: Arc<Notify>,
+    /// Sends the probes, over pools of its own, kept apart from requests'.
+    prober: Prober,
+    /// Wakes the timer task when a deadline comes earlier than the one it sleeps until.
+    timer: Arc<Notify>,
     pub(crate) metrics: ClusterMetrics,
     registry: Arc<Metrics>,
     next_query: AtomicU64,
@@ -97,35 +78,26 @@ pub struct Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         // Lets the timer task see that the cluster is gone and end.
-        self.wake.notify_one();
+        self.timer.notify_one();
     }
 }
 
 impl Cluster {
     /// Builds the cluster (the config must have been validated) with connection pools for
-    /// `workers` data-plane threads, over `tls` when given (loaded from `config.tls`), and
-    /// starts its timer task.
-    pub fn start(
+    /// `workers` data-plane threads, over `tls` when given (loaded from `config.tls`), with no
+    /// replica yet. Returns it with its timer task, for the caller to spawn.
+    pub fn new(
         name: &str,
         config: &ClusterConfig,
         tls: Option<Arc<ClientTls>>,
         epoch: Instant,
         registry: &Arc<Metrics>,
         workers: usize,
-    ) -> Result<Arc<Self>, prequal_core::ConfigError> {
+    ) -> Result<(Arc<Self>, Background), prequal_core::ConfigError> {
         let policy = config.policy.build()?;
         let probe_timeout = policy.probe_timeout().unwrap_or(DEFAULT_PROBE_TIMEOUT);
         let balancer = Balancer::new(policy, &config.balancer())
             .map_err(|e| prequal_core::ConfigError::invalid("proxy", e.component, e.to_string()))?;
-        let core = Core {
-            balancer,
-            rng: SmallRng::seed_from_u64(random_seed()),
-            members: BTreeMap::new(),
-            by_addr: HashMap::new(),
-            next_id: 0,
-            waiting: HashMap::new(),
-            armed: None,
-        };
         let metrics = registry.cluster(name);
         let upstreams = |opened: &prometheus_client::metrics::counter::Counter| {
             let connector = Connector::new(config.connect_timeout, tls.clone(), opened.clone());
@@ -133,22 +105,21 @@ impl Cluster {
                 .map(|_| Upstream::new(config, connector.clone()))
                 .collect()
         };
+        let probe_upstreams = upstreams(&metrics.connections_for_probes);
         let cluster = Arc::new(Cluster {
             name: name.to_string(),
             config: config.clone(),
             epoch,
-            core: Mutex::new(core),
+            state: Mutex::new(State::new(balancer)),
             upstreams: upstreams(&metrics.connections_for_requests),
-            probe_upstreams: upstreams(&metrics.connections_for_probes),
-            probe_timeout,
-            probe_slots: Arc::new(Semaphore::new(config.max_probes_in_flight)),
-            wake: Arc::new(Notify::new()),
+            prober: Prober::new(config, &metrics, probe_upstreams, probe_timeout),
+            timer: Arc::new(Notify::new()),
             metrics,
             registry: Arc::clone(registry),
             next_query: AtomicU64::new(1),
         });
-        crate::prober::spawn_timer(&cluster);
-        Ok(cluster)
+        let timer = run_timer(Arc::downgrade(&cluster), Arc::clone(&cluster.timer));
+        Ok((cluster, Background::one(timer)))
     }
 
     /// The cluster's name.
@@ -166,17 +137,9 @@ impl Cluster {
         &self.upstreams[worker % self.upstreams.len()]
     }
 
-    /// The connection pools for probes sent from data-plane `worker`.
-    pub(crate) fn probe_upstream(&self, worker: usize) -> &Upstream {
-        &self.probe_upstreams[worker % self.probe_upstreams.len()]
-    }
-
     /// The HTTP version spoken to the replicas.
     pub fn version(&self) -> http::Version {
-        match self.config.protocol {
-            UpstreamProtocol::Http1 => http::Version::HTTP_11,
-            UpstreamProtocol::Http2 => http::Version::HTTP_2,
-        }
+        self.config.protocol.version()
     }
 
     /// The policy's clock: time since the proxy started.
@@ -189,9 +152,9 @@ impl Cluster {
         self.epoch + Duration::from_nanos(time.as_nanos())
     }
 
-    fn lock(&self) -> MutexGuard<'_, Core> {
+    fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves plain data behind; keep serving with it.
-        self.core
+        self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -199,59 +162,21 @@ impl Cluster {
     /// Replaces the replica set with `addrs` (discovery), as insert and remove changes.
     pub fn set_members(&self, addrs: &[String]) {
         let now = self.now();
-        let mut guard = self.lock();
-        let core = &mut *guard;
-        let gone: Vec<String> = core
-            .by_addr
-            .keys()
-            .filter(|a| !addrs.contains(a))
-            .cloned()
-            .collect();
-        for addr in gone {
-            if let Some(id) = core.by_addr.remove(&addr) {
-                core.members.remove(&id);
-                for upstream in self.upstreams.iter().chain(&self.probe_upstreams) {
-                    upstream.forget(id);
-                }
+        let left = self
+            .lock()
+            .set_members(addrs, &self.registry, &self.metrics, now);
+        for id in left {
+            for upstream in &self.upstreams {
+                upstream.forget(id);
             }
+            self.prober.forget(id);
         }
-        // The replicas staying, then the new ones in the order given.
-        let mut ids: Vec<ReplicaId> = Vec::with_capacity(addrs.len());
-        for addr in addrs {
-            if let Some(&id) = core.by_addr.get(addr) {
-                if !ids.contains(&id) {
-                    ids.push(id);
-                }
-                continue;
-            }
-            let Ok(authority) = addr.parse::<Authority>() else {
-                tracing::warn!(cluster = %self.name, %addr, "ignoring replica address that is not host:port");
-                continue;
-            };
-            let id = ReplicaId(core.next_id);
-            core.next_id += 1;
-            let metrics = self.registry.replica(&self.name, addr);
-            let member = Member {
-                authority,
-                metrics,
-                probes_outstanding: Arc::default(),
-                failing: false,
-            };
-            core.members.insert(id, member);
-            core.by_addr.insert(addr.clone(), id);
-            ids.push(id);
-        }
-        // The first set is the starting one; replicas added later ramp up through slow start.
-        core.balancer.set_replicas(&ids, now);
-        self.metrics.replicas.set(core.members.len() as i64);
-        self.metrics.ejected.set(core.ejected_count());
-        drop(guard);
-        self.wake.notify_one();
+        self.timer.notify_one();
     }
 
     /// The replica addresses now known.
     pub fn member_addrs(&self) -> Vec<String> {
-        self.lock().by_addr.keys().cloned().collect()
+        self.lock().member_addrs()
     }
 
     /// Chooses a replica for one try and tells the policy it is dispatched; the probes the
@@ -294,11 +219,11 @@ impl Cluster {
             let rearm = core.rearm();
             drop(guard);
             if rearm {
-                self.wake.notify_one();
+                self.timer.notify_one();
             }
             (decided, waiter, outbox)
         };
-        self.send_probes(outbox, worker);
+        prober::send(self, outbox, worker);
         if let Some(decided) = decided {
             return decided;
         }
@@ -312,7 +237,7 @@ impl Cluster {
 
     /// Waits for a sync-mode decision, for a few probe timeouts at most.
     async fn wait_pending(&self, query: QueryId, rx: oneshot::Receiver<Pick>) -> Pick {
-        let limit = self.probe_timeout * 4 + Duration::from_millis(10);
+        let limit = self.prober.timeout() * 4 + Duration::from_millis(10);
         match tokio::time::timeout(limit, rx).await {
             Ok(Ok(pick)) => pick,
             _ => {
@@ -407,9 +332,7 @@ impl Cluster {
         let now = self.now();
         let mut guard = self.lock();
         let core = &mut *guard;
-        if let Some(member) = core.members.get(&replica) {
-            member.metrics.tried(outcome);
-        }
+        core.count_try(replica, outcome);
         let outcome = match (outcome, answered) {
             // Abandoned before the replica answered: a timeout once it outlived the delay (and
             // twice the replica's usual time).
@@ -437,42 +360,19 @@ impl Cluster {
 
     /// Ends an event: drains the policy's outputs, rearms the timer, releases the lock and
     /// sends the probes asked for from `worker`.
-    fn after_event(self: &Arc<Self>, mut guard: MutexGuard<'_, Core>, now: Time, worker: usize) {
+    fn after_event(self: &Arc<Self>, mut guard: MutexGuard<'_, State>, now: Time, worker: usize) {
         let outbox = guard.drain(now);
         let rearm = guard.rearm();
         drop(guard);
         if rearm {
-            self.wake.notify_one();
+            self.timer.notify_one();
         }
-        self.send_probes(outbox, worker);
-    }
-
-    /// A probe ended: `Some(report)` if answered, `None` if it failed.
-    pub(crate) fn probe_result(&self, probe: &ProbeRequest, report: Option<&LoadReport>) -> Outbox {
-        let now = self.now();
-        let mut guard = self.lock();
-        let core = &mut *guard;
-        match report {
-            Some(report) => {
-                self.metrics.probes_ok.inc();
-                core.balancer
-                    .on_probe_reply(probe, report, now, &mut core.rng);
-            }
-            None => {
-                self.metrics.probes_failed.inc();
-                core.balancer.on_probe_failure(probe, now);
-            }
-        }
-        let outbox = core.drain(now);
-        if core.rearm() {
-            self.wake.notify_one();
-        }
-        outbox
+        prober::send(self, outbox, worker);
     }
 
     /// The timer task's step: fires the policy's timer if due, ends ejections whose time is up,
     /// and returns the probes to send and the next deadline.
-    pub(crate) fn tick(&self) -> (Outbox, Option<Instant>) {
+    fn tick(&self) -> (Outbox, Option<Instant>) {
         let now = self.now();
         let mut guard = self.lock();
         let core = &mut *guard;
@@ -490,60 +390,64 @@ impl Cluster {
     /// budget, and the counts of requests, retries and hedges.
     pub fn view(&self) -> serde_json::Value {
         let now = self.now();
-        let core = self.lock();
-        let replicas: Vec<serde_json::Value> = core
-            .members
-            .iter()
-            .map(|(id, m)| {
-                serde_json::json!({
-                    "id": id,
-                    "address": m.authority.as_str(),
-                    "ejected": core.balancer.is_ejected(*id),
-                    "ramping": core.balancer.is_ramping(*id, now),
-                    "tries": m.metrics.counts(),
-                })
-            })
-            .collect();
-        // Ejections as an operator reads them: the replica's address, how long is left, and
-        // when that is on the wall clock.
-        let wall_now = std::time::SystemTime::now();
-        let outlier = core.balancer.outlier().map(|o| {
-            o.views(now)
-                .into_iter()
-                .map(|v| {
-                    let left = v.ejected_until.map(|t| t.saturating_since(now));
-                    serde_json::json!({
-                        "replica": v.replica,
-                        "address": core.members.get(&v.replica).map(|m| m.authority.as_str()),
-                        "consecutive_failures": v.consecutive_failures,
-                        "ejections": v.ejections,
-                        "ejected_for": left.map(|d| humantime::format_duration(round_ms(d)).to_string()),
-                        "ejected_until": left.map(|d| humantime::format_rfc3339_millis(wall_now + d).to_string()),
-                    })
-                })
-                .collect::<Vec<_>>()
-        });
-        serde_json::json!({
-            "name": self.name,
-            "policy": core.balancer.policy().name(),
-            "replicas": replicas,
-            "snapshot": core.balancer.snapshot(now),
-            "outlier": outlier,
-            "retry_budget_available": core.balancer.retry_budget().available(now),
-            "waiting_for_decision": core.waiting.len(),
-            "requests": self.metrics.requests.get(),
-            "retries": self.metrics.retries.get(),
-            "hedges": {
-                "delay_us": core.balancer.hedger().delay().map(|d| d.as_micros() as u64),
-                "sent": self.metrics.hedges.get(),
-                "won": self.metrics.hedges_won.get(),
-                "refused": self.metrics.hedges_refused.get(),
-            },
-        })
+        self.lock().view(now, &self.metrics)
     }
 
     /// Whether any replica can take traffic.
     pub fn is_ready(&self) -> bool {
         self.lock().balancer.usable_count() > 0
+    }
+}
+
+impl ProbeOwner for Cluster {
+    fn prober(&self) -> &Prober {
+        &self.prober
+    }
+
+    /// A probe ended: `Some(report)` if answered, `None` if it failed.
+    fn probe_result(&self, probe: &ProbeRequest, report: Option<&LoadReport>) -> Outbox {
+        let now = self.now();
+        let mut guard = self.lock();
+        let core = &mut *guard;
+        match report {
+            Some(report) => {
+                self.metrics.probes_ok.inc();
+                core.balancer
+                    .on_probe_reply(probe, report, now, &mut core.rng);
+            }
+            None => {
+                self.metrics.probes_failed.inc();
+                core.balancer.on_probe_failure(probe, now);
+            }
+        }
+        let outbox = core.drain(now);
+        if core.rearm() {
+            self.timer.notify_one();
+        }
+        outbox
+    }
+}
+
+/// The cluster's timer task (see the module docs). It runs where the server spawns it, on the
+/// thread that accepts: data-plane worker 0, whose probe connections its probes use.
+async fn run_timer(weak: Weak<Cluster>, wake: Arc<Notify>) {
+    loop {
+        let deadline = {
+            let Some(cluster) = weak.upgrade() else {
+                return;
+            };
+            let (outbox, deadline) = cluster.tick();
+            prober::send(&cluster, outbox, 0);
+            deadline
+        };
+        match deadline {
+            Some(at) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(at.into()) => {}
+                    _ = wake.notified() => {}
+                }
+            }
+            None => wake.notified().await,
+        }
     }
 }
