@@ -46,7 +46,7 @@ use prequal_http::{TrackedBody, head_outcome};
 
 use crate::access_log::Served;
 use crate::body::{ProxyBody, full};
-use crate::cluster::{Cluster, Strict};
+use crate::cluster::{Attempt, Cluster, HedgePlan, Strict};
 use crate::headers::{ClientHop, Direction, add_forwarding, strip_hop_by_hop};
 use crate::replay::RequestBody;
 use crate::try_guard::TryGuard;
@@ -120,6 +120,8 @@ pub async fn forward(
         tried: Vec::new(),
         deadline: Instant::now() + config.request_timeout,
         worker,
+        hedgeable,
+        hedge_plan: None,
     };
     // The tries in flight: the first (or a retry), and the hedges sent while it runs.
     let mut running = FuturesUnordered::new();
@@ -138,10 +140,10 @@ pub async fn forward(
             };
             running.push(next);
             attempts += 1;
-            if attempts == 1 && hedgeable {
-                // The hedge clock starts once the first try is on its way.
-                hedge_plan = cluster.hedge_plan();
-                hedge_at = hedge_plan.map(|(_, due)| due);
+            if attempts == 1 {
+                // Planned with the first try's pick: the hedge clock starts once it is on its way.
+                hedge_plan = tries.hedge_plan.take();
+                hedge_at = hedge_plan.map(|plan| plan.due);
             }
         }
         let hedging = hedge_at.filter(|_| attempts < config.max_attempts);
@@ -149,7 +151,7 @@ pub async fn forward(
             Some(ended) = running.next() => ended,
             () = sleep_until_some(hedging) => {
                 hedge_at = None;
-                let Some((started, _)) = hedge_plan else { continue };
+                let Some(HedgePlan { started, .. }) = hedge_plan else { continue };
                 match cluster.poll_hedge(started, hedges_sent, &tries.tried) {
                     Some(Ok(())) => {
                         let last = attempts + 1 == config.max_attempts;
@@ -234,6 +236,10 @@ struct Tries<'a> {
     deadline: Instant,
     /// The data-plane worker whose connections the tries use.
     worker: usize,
+    /// Whether the request may be hedged.
+    hedgeable: bool,
+    /// Its hedge plan, from its first try's pick until the loop takes it.
+    hedge_plan: Option<HedgePlan>,
 }
 
 impl<'a> Tries<'a> {
@@ -249,9 +255,14 @@ impl<'a> Tries<'a> {
         last: bool,
     ) -> Option<TryFuture<'a>> {
         let body = self.body.for_try()?;
-        let chosen = (self.cluster)
-            .pick(self.worker, first, &self.tried, strict)
-            .await?;
+        let attempt = Attempt {
+            first,
+            plan_hedge: first && self.hedgeable,
+            exclude: &self.tried,
+            strict,
+        };
+        let chosen = self.cluster.pick(self.worker, attempt).await?;
+        self.hedge_plan = chosen.hedge;
         self.tried.push(chosen.replica);
         let headers = match last {
             true => std::mem::take(&mut self.parts.headers),

@@ -30,7 +30,6 @@ use prequal_core::{LoadReport, ProbeRequest, ReplicaId};
 use prequal_http::protocol::probe_path_and_query;
 use prequal_http::read_probe_reply;
 use prometheus_client::metrics::counter::Counter;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::body::{BoxError, empty};
 use crate::config::ClusterConfig;
@@ -72,7 +71,9 @@ pub(crate) struct Prober {
     upstreams: Vec<Upstream>,
     version: http::Version,
     timeout: Duration,
-    slots: Arc<Semaphore>,
+    /// Probes of the cluster not finished yet, late ones included.
+    in_flight: Arc<AtomicUsize>,
+    max_in_flight: usize,
     max_per_replica: usize,
     /// Probes not sent because the cluster's bound was reached.
     dropped: Counter,
@@ -94,7 +95,8 @@ impl Prober {
             upstreams,
             version: config.protocol.version(),
             timeout,
-            slots: Arc::new(Semaphore::new(config.max_probes_in_flight)),
+            in_flight: Arc::default(),
+            max_in_flight: config.max_probes_in_flight,
             max_per_replica: config.max_probes_per_replica,
             dropped: metrics.probes_dropped.clone(),
             skipped: metrics.probes_skipped.clone(),
@@ -153,17 +155,17 @@ fn launch<O: ProbeOwner>(owner: &Arc<O>, outbox: Outbox, worker: usize) -> Vec<P
             failed.push(probe);
             continue;
         };
-        let Some(outstanding) = Outstanding::take(&target, prober.max_per_replica) else {
+        let Some(outstanding) = Slot::take(&target.outstanding, prober.max_per_replica) else {
             prober.skipped.inc();
             failed.push(probe);
             continue;
         };
-        let Ok(permit) = Arc::clone(&prober.slots).try_acquire_owned() else {
+        let Some(in_flight) = Slot::take(&prober.in_flight, prober.max_in_flight) else {
             prober.dropped.inc();
             failed.push(probe);
             continue;
         };
-        let slot = (permit, outstanding);
+        let slot = (in_flight, outstanding);
         runtime.spawn(run_probe(
             Arc::clone(owner),
             probe,
@@ -175,23 +177,24 @@ fn launch<O: ProbeOwner>(owner: &Arc<O>, outbox: Outbox, worker: usize) -> Vec<P
     failed
 }
 
-/// One probe counted as outstanding at its replica until dropped.
-struct Outstanding(Arc<AtomicUsize>);
+/// One probe counted in a bounded count (the cluster's probes in flight, or one replica's
+/// probes outstanding) until dropped. An atomic, not a semaphore: nothing ever waits for a
+/// slot, and giving one back takes no lock.
+struct Slot(Arc<AtomicUsize>);
 
-impl Outstanding {
-    /// Counts one more probe to `target`, unless it already has `max` outstanding.
-    fn take(target: &ProbeTarget, max: usize) -> Option<Self> {
-        target
-            .outstanding
+impl Slot {
+    /// Counts one more probe in `count`, unless it is already at `max`.
+    fn take(count: &Arc<AtomicUsize>, max: usize) -> Option<Self> {
+        count
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < max).then_some(n + 1)
             })
             .ok()
-            .map(|_| Outstanding(Arc::clone(&target.outstanding)))
+            .map(|_| Slot(Arc::clone(count)))
     }
 }
 
-impl Drop for Outstanding {
+impl Drop for Slot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
@@ -201,7 +204,7 @@ async fn run_probe<O: ProbeOwner>(
     owner: Arc<O>,
     probe: ProbeRequest,
     authority: Authority,
-    permit: (OwnedSemaphorePermit, Outstanding),
+    permit: (Slot, Slot),
     worker: usize,
 ) {
     // Probes are spawned while a request is being picked for; yielding once lets that request

@@ -25,7 +25,6 @@
 //! wakes it early. The task holds only a weak reference, so it ends when its cluster is dropped
 //! (after a reload).
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -39,8 +38,8 @@ mod state;
 
 pub use prequal_core::Strict;
 
-pub use self::state::Chosen;
 use self::state::State;
+pub use self::state::{Attempt, Chosen, HedgePlan};
 use crate::background::Background;
 use crate::config::ClusterConfig;
 use crate::connector::Connector;
@@ -72,7 +71,6 @@ pub struct Cluster {
     timer: Arc<Notify>,
     pub(crate) metrics: ClusterMetrics,
     registry: Arc<Metrics>,
-    next_query: AtomicU64,
 }
 
 impl Drop for Cluster {
@@ -116,7 +114,6 @@ impl Cluster {
             timer: Arc::new(Notify::new()),
             metrics,
             registry: Arc::clone(registry),
-            next_query: AtomicU64::new(1),
         });
         let timer = run_timer(Arc::downgrade(&cluster), Arc::clone(&cluster.timer));
         Ok((cluster, Background::one(timer)))
@@ -179,23 +176,17 @@ impl Cluster {
         self.lock().member_addrs()
     }
 
-    /// Chooses a replica for one try and tells the policy it is dispatched; the probes the
-    /// policy asks for go from data-plane `worker`. `first` marks a request's first try (it
-    /// earns retry budget); `exclude` lists replicas already tried, which `strict` says whether
-    /// to fall back to when no other is left.
-    pub async fn pick(
-        self: &Arc<Self>,
-        worker: usize,
-        first: bool,
-        exclude: &[ReplicaId],
-        strict: Strict,
-    ) -> Option<Chosen> {
-        let query = QueryId(self.next_query.fetch_add(1, Ordering::Relaxed));
+    /// Chooses a replica for one try and tells the policy it is dispatched, in one critical
+    /// section (two for a sync-mode policy, which decides once its probes answered); the
+    /// probes the policy asks for go from data-plane `worker`. The first try of a request
+    /// that may be hedged gets its hedge plan in the same step.
+    pub async fn pick(self: &Arc<Self>, worker: usize, attempt: Attempt<'_>) -> Option<Chosen> {
         let (decided, waiter, outbox) = {
             let now = self.now();
             let mut guard = self.lock();
             let core = &mut *guard;
-            if first {
+            let query = core.next_query();
+            if attempt.first {
                 core.balancer.on_request(now);
             }
             let pick = core.balancer.pick(
@@ -211,9 +202,9 @@ impl Cluster {
             if pick == Pick::Pending {
                 let (tx, rx) = oneshot::channel();
                 core.waiting.insert(query, tx);
-                waiter = Some(rx);
+                waiter = Some((query, rx));
             } else {
-                decided = Some(core.commit(pick, query, (exclude, strict), now));
+                decided = Some(self.dispatch(core, pick, query, &attempt, now));
             }
             let outbox = core.drain(now);
             let rearm = core.rearm();
@@ -227,12 +218,30 @@ impl Cluster {
         if let Some(decided) = decided {
             return decided;
         }
-        let pick = match waiter {
-            Some(rx) => self.wait_pending(query, rx).await,
-            None => Pick::NoReplica,
-        };
+        let (query, rx) = waiter?;
+        let pick = self.wait_pending(query, rx).await;
         let now = self.now();
-        self.lock().commit(pick, query, (exclude, strict), now)
+        self.dispatch(&mut self.lock(), pick, query, &attempt, now)
+    }
+
+    /// Turns `pick` into a dispatched try and, if `attempt` asks, plans its request's hedge.
+    fn dispatch(
+        &self,
+        core: &mut State,
+        pick: Pick,
+        query: QueryId,
+        attempt: &Attempt<'_>,
+        now: Time,
+    ) -> Option<Chosen> {
+        let mut chosen = core.commit(pick, query, (attempt.exclude, attempt.strict), now)?;
+        if attempt.plan_hedge && self.config.hedge.enabled {
+            // None without a second usable replica: a hedge must go to another one.
+            chosen.hedge = core.balancer.hedge_plan(now).map(|due| HedgePlan {
+                started: now,
+                due: self.instant_of(due),
+            });
+        }
+        Some(chosen)
     }
 
     /// Waits for a sync-mode decision, for a few probe timeouts at most.
@@ -265,19 +274,6 @@ impl Cluster {
             RetryDecision::NoAttemptsLeft => return false,
         };
         decision.is_retry()
-    }
-
-    /// A request that may be hedged starts now: counts it for the hedge budget; returns its
-    /// start and when its hedge is due (`None`: hedging is off, the cluster has no second
-    /// usable replica, or too few tries have succeeded yet to know what is slow).
-    pub fn hedge_plan(&self) -> Option<(Time, Instant)> {
-        if !self.config.hedge.enabled {
-            return None;
-        }
-        let now = self.now();
-        // None without a second usable replica: a hedge must go to another one.
-        let due = self.lock().balancer.hedge_plan(now)?;
-        Some((now, self.instant_of(due)))
     }
 
     /// Asks, at its due time, whether the request that started at `started` and has sent

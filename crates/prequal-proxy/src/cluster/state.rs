@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::uri::Authority;
 use prequal_core::outlier::Ejection;
@@ -20,6 +20,20 @@ use tokio::sync::oneshot;
 use crate::metrics::{ClusterMetrics, Metrics, ReplicaMetrics};
 use crate::prober::{Outbox, ProbeTarget};
 
+/// What a pick is for: which try of its request, and where it may not go.
+#[derive(Debug, Clone, Copy)]
+pub struct Attempt<'a> {
+    /// The request's first try, which earns retry budget.
+    pub first: bool,
+    /// Plan the request's hedge in the same step (asked on the first try of a request that
+    /// may be hedged): the hedge clock starts once the first try is on its way.
+    pub plan_hedge: bool,
+    /// Replicas the request already tried, used only when no other is left.
+    pub exclude: &'a [ReplicaId],
+    /// Whether even that fallback is refused (a hedge, or a retry beside running tries).
+    pub strict: Strict,
+}
+
 /// The replica a try goes to.
 #[derive(Debug, Clone)]
 pub struct Chosen {
@@ -29,6 +43,19 @@ pub struct Chosen {
     pub authority: Authority,
     /// The policy's id for this try.
     pub query: QueryId,
+    /// When its request's hedge is due, if the pick was asked to plan one and there is one
+    /// (hedging on, a second usable replica, enough tries seen to know what is slow).
+    pub hedge: Option<HedgePlan>,
+}
+
+/// A request's hedge plan: when its first try started (policy time) and when its first hedge
+/// is due.
+#[derive(Debug, Clone, Copy)]
+pub struct HedgePlan {
+    /// The first try's start, to ask about the hedge with.
+    pub started: Time,
+    /// When to ask.
+    pub due: Instant,
 }
 
 /// A replica as the driver knows it (the balancer keeps its standing: ejected, ramping up).
@@ -53,6 +80,8 @@ pub(super) struct State {
     pub(super) waiting: HashMap<QueryId, oneshot::Sender<Pick>>,
     /// The deadline the timer task sleeps until.
     pub(super) armed: Option<Time>,
+    /// The id of the next query the policy is asked to place.
+    next_query: u64,
 }
 
 impl State {
@@ -66,7 +95,15 @@ impl State {
             next_id: 0,
             waiting: HashMap::new(),
             armed: None,
+            next_query: 1,
         }
+    }
+
+    /// A new query id.
+    pub(super) fn next_query(&mut self) -> QueryId {
+        let id = QueryId(self.next_query);
+        self.next_query += 1;
+        id
     }
 
     /// Replaces the replica set with `addrs` as insert and remove changes (replicas staying
@@ -147,6 +184,7 @@ impl State {
             replica,
             authority,
             query,
+            hedge: None,
         })
     }
 
