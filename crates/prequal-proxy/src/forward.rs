@@ -32,7 +32,6 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -43,6 +42,7 @@ use hyper::body::Incoming;
 use prequal_core::{Outcome, ReplicaId};
 use prequal_http::protocol::{LOAD_HEADER, parse_reply};
 use prequal_http::{TrackedBody, head_outcome};
+use tokio::time::Instant;
 
 use crate::access_log::Served;
 use crate::body::{ProxyBody, full};
@@ -221,7 +221,7 @@ type TryFuture<'a> = Pin<Box<dyn Future<Output = (Step, bool)> + Send + 'a>>;
 /// Sleeps until `at`; never ends if there is none.
 async fn sleep_until_some(at: Option<Instant>) {
     match at {
-        Some(at) => tokio::time::sleep_until(at.into()).await,
+        Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
 }

@@ -41,6 +41,7 @@ pub mod access_log;
 mod admin;
 pub mod background;
 pub mod body;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 mod connector;

@@ -7,11 +7,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use http::Request;
 
 use crate::background::Background;
+use crate::clock::Clock;
 use crate::cluster::Cluster;
 use crate::config::{ProxyConfig, RouteConfig};
 use crate::metrics::Metrics;
@@ -49,7 +49,7 @@ impl Routing {
     pub fn build(
         config: &ProxyConfig,
         previous: Option<&Routing>,
-        epoch: Instant,
+        clock: Clock,
         metrics: &Arc<Metrics>,
     ) -> Result<(Self, Background), BuildError> {
         let mut clusters = BTreeMap::new();
@@ -69,7 +69,7 @@ impl Routing {
                         name,
                         cluster_config,
                         tls,
-                        epoch,
+                        clock,
                         metrics,
                         config.server.workers(),
                     )
@@ -190,7 +190,7 @@ mod tests {
         "#;
         let config = ProxyConfig::from_toml(text, "t.toml").unwrap();
         let metrics = Arc::new(Metrics::new());
-        let (routing, _) = Routing::build(&config, None, Instant::now(), &metrics).unwrap();
+        let (routing, _) = Routing::build(&config, None, Clock::start(), &metrics).unwrap();
         let name = |host: &str, path: &str| {
             let req = Request::builder()
                 .uri(path)
@@ -203,7 +203,7 @@ mod tests {
         assert_eq!(name("other", "/api/v1").as_deref(), Some("api"));
         assert_eq!(name("other", "/index").as_deref(), Some("web"));
         let (again, kept) =
-            Routing::build(&config, Some(&routing), Instant::now(), &metrics).unwrap();
+            Routing::build(&config, Some(&routing), Clock::start(), &metrics).unwrap();
         assert!(kept.is_empty(), "unchanged clusters start nothing again");
         assert!(Arc::ptr_eq(
             &again.clusters["api"],

@@ -21,7 +21,6 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
 
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -32,10 +31,12 @@ use hyper_util::server::graceful::GracefulShutdown;
 use prequal_http::serve::{accept_until, drain, spawn_connection, spawn_tls_connection};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 use crate::access_log::{AccessLog, Entry, REQUEST_ID, Served, ensure_request_id};
 use crate::background::Background;
 use crate::body::ProxyBody;
+use crate::clock::Clock;
 use crate::config::{ProxyConfig, ServerConfig};
 use crate::forward::{Limits, forward, local_response};
 use crate::headers::ClientHop;
@@ -95,9 +96,9 @@ impl ProxyHandle {
         // building starts spawn themselves on the current runtime.
         let runtime = self.shared.runtime();
         let _entered = runtime.enter();
-        let epoch = self.shared.epoch();
+        let clock = self.shared.clock();
         let (routing, background) =
-            Routing::build(config, Some(&old), epoch, &self.shared.metrics)?;
+            Routing::build(config, Some(&old), clock, &self.shared.metrics)?;
         self.shared.set_routing(routing);
         spawn(runtime, background);
         tracing::info!("configuration reloaded");
@@ -147,9 +148,9 @@ impl Proxy {
             None => None,
             Some(tls) => Some(Arc::new(ServerTls::load(tls)?)),
         };
-        let epoch = Instant::now();
+        let clock = Clock::start();
         let metrics = Arc::new(Metrics::new());
-        let (routing, background) = Routing::build(config, None, epoch, &metrics)?;
+        let (routing, background) = Routing::build(config, None, clock, &metrics)?;
         let access_log = match &config.server.access_log {
             None => None,
             Some(path) => Some(
@@ -163,7 +164,7 @@ impl Proxy {
         let runtime = tokio::runtime::Handle::current();
         spawn(&runtime, background);
         let shared = Arc::new(Shared::new(
-            routing, metrics, epoch, access_log, tls, runtime,
+            routing, metrics, clock, access_log, tls, runtime,
         ));
         Ok(Proxy {
             shared,

@@ -1,12 +1,12 @@
 //! What every connection, the admin listener and reloads share: the routing table in force
-//! (swapped whole by a reload), the metrics, the proxy's epoch, whether it is draining, the
+//! (swapped whole by a reload), the metrics, the policies' clock, whether it is draining, the
 //! access log and the listener's TLS.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::Instant;
 
 use crate::access_log::AccessLog;
+use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::routing::Routing;
 use crate::tls::ServerTls;
@@ -17,7 +17,7 @@ pub struct Shared {
     routing: RwLock<Arc<Routing>>,
     /// The proxy's metrics.
     pub metrics: Arc<Metrics>,
-    epoch: Instant,
+    clock: Clock,
     draining: AtomicBool,
     access_log: Option<AccessLog>,
     /// TLS termination, when `[server.tls]` is set.
@@ -31,7 +31,7 @@ impl Shared {
     pub(crate) fn new(
         routing: Routing,
         metrics: Arc<Metrics>,
-        epoch: Instant,
+        clock: Clock,
         access_log: Option<AccessLog>,
         tls: Option<Arc<ServerTls>>,
         runtime: tokio::runtime::Handle,
@@ -39,7 +39,7 @@ impl Shared {
         Shared {
             routing: RwLock::new(Arc::new(routing)),
             metrics,
-            epoch,
+            clock,
             draining: AtomicBool::new(false),
             access_log,
             tls,
@@ -59,9 +59,9 @@ impl Shared {
         *guard = Arc::new(routing);
     }
 
-    /// When the proxy started: the zero of its policies' clock.
-    pub(crate) fn epoch(&self) -> Instant {
-        self.epoch
+    /// The policies' clock, whose zero is when the proxy started.
+    pub(crate) fn clock(&self) -> Clock {
+        self.clock
     }
 
     /// The runtime the proxy was bound in: the accepting thread's, which runs the clusters'

@@ -9,10 +9,10 @@
 //! its body has ended: one whose client left first is [`Outcome::Cancelled`].
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use prequal_core::{LoadReport, Outcome, QueryId, ReplicaId};
 use prequal_http::OnEnd;
+use tokio::time::Instant;
 
 use crate::cluster::{Chosen, Cluster};
 

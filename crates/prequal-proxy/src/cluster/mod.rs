@@ -26,13 +26,14 @@
 //! (after a reload).
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use prequal_core::{
     Balancer, Completion, HedgeDecision, LoadReport, Outcome, Pick, ProbeRequest, Query, QueryId,
     ReplicaId, RetryDecision, Time,
 };
 use tokio::sync::{Notify, oneshot};
+use tokio::time::Instant;
 
 mod state;
 
@@ -41,6 +42,7 @@ pub use prequal_core::Strict;
 use self::state::State;
 pub use self::state::{Attempt, Chosen, HedgePlan};
 use crate::background::Background;
+use crate::clock::Clock;
 use crate::config::ClusterConfig;
 use crate::connector::Connector;
 use crate::metrics::{ClusterMetrics, Metrics};
@@ -59,7 +61,7 @@ const MIN_TIMER_STEP: Duration = Duration::from_micros(50);
 pub struct Cluster {
     name: String,
     config: ClusterConfig,
-    epoch: Instant,
+    clock: Clock,
     /// The balancer and what the proxy keeps per replica: the one lock an event takes.
     state: Mutex<State>,
     /// Connection pools per data-plane worker, so a worker's requests use connections its
@@ -88,7 +90,7 @@ impl Cluster {
         name: &str,
         config: &ClusterConfig,
         tls: Option<Arc<ClientTls>>,
-        epoch: Instant,
+        clock: Clock,
         registry: &Arc<Metrics>,
         workers: usize,
     ) -> Result<(Arc<Self>, Background), prequal_core::ConfigError> {
@@ -107,7 +109,7 @@ impl Cluster {
         let cluster = Arc::new(Cluster {
             name: name.to_string(),
             config: config.clone(),
-            epoch,
+            clock,
             state: Mutex::new(State::new(balancer)),
             upstreams: upstreams(&metrics.connections_for_requests),
             prober: Prober::new(config, &metrics, probe_upstreams, probe_timeout),
@@ -141,12 +143,12 @@ impl Cluster {
 
     /// The policy's clock: time since the proxy started.
     pub fn now(&self) -> Time {
-        Time::from_nanos(u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
+        self.clock.now()
     }
 
     /// The instant a policy [`Time`] stands for.
-    pub(crate) fn instant_of(&self, time: Time) -> Instant {
-        self.epoch + Duration::from_nanos(time.as_nanos())
+    fn instant_of(&self, time: Time) -> Instant {
+        self.clock.instant_of(time)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -439,7 +441,7 @@ async fn run_timer(weak: Weak<Cluster>, wake: Arc<Notify>) {
         match deadline {
             Some(at) => {
                 tokio::select! {
-                    _ = tokio::time::sleep_until(at.into()) => {}
+                    _ = tokio::time::sleep_until(at) => {}
                     _ = wake.notified() => {}
                 }
             }

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http::uri::Authority;
 use prequal_core::outlier::Ejection;
@@ -16,6 +16,7 @@ use prequal_core::{Balancer, Outcome, Pick, QueryId, ReplicaId, Strict, Time};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use crate::metrics::{ClusterMetrics, Metrics, ReplicaMetrics};
 use crate::prober::{Outbox, ProbeTarget};
