@@ -16,9 +16,11 @@
 //! and DNS watches come back as [`background`] work, which the server spawns.
 //!
 //! No source file uses itself through others (`tests/module_graph.rs` checks it): from the
-//! leaves up, `body`, `config`, `metrics`, `headers`, `access_log`, `tls`, `connector`,
-//! `replay`; `upstream`; `prober`; `cluster`; `try_guard`, `discovery`; `forward`, `routing`;
-//! `shared`; `admin`; `server`; `reload`.
+//! leaves up, `body`, `config`, `metrics`, `headers`, `access_log`, [`clock`], `background`,
+//! `tls`, `connector`, `replay`; `upstream`; `prober`; `cluster`; `try_guard`, `discovery`;
+//! `forward`, `routing`; `shared`; `admin`; `server`; `reload`. All time is tokio's (see
+//! [`clock`]), so tests can pause it.
+//!
 //! The configuration ([`config`]) is documented key by key in `docs/config.md`, and running the
 //! proxy in `docs/proxy.md`.
 //!
