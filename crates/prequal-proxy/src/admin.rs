@@ -25,7 +25,7 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 
 use crate::body::{ProxyBody, full};
-use crate::server::Shared;
+use crate::shared::Shared;
 
 /// The dashboard page: static, it reads everything from `/clusters` in the browser.
 const DASHBOARD: &str = include_str!("dashboard.html");

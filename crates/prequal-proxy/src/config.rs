@@ -158,6 +158,16 @@ pub enum UpstreamProtocol {
     Http2,
 }
 
+impl UpstreamProtocol {
+    /// The HTTP version spoken to the replicas.
+    pub fn version(self) -> http::Version {
+        match self {
+            UpstreamProtocol::Http1 => http::Version::HTTP_11,
+            UpstreamProtocol::Http2 => http::Version::HTTP_2,
+        }
+    }
+}
+
 /// `[clusters.NAME]`: one set of replicas and how to balance over them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -116,7 +116,7 @@ impl Connection for Stream {
         match self {
             Stream::Plain(_) => connected,
             Stream::Tls(tls) => match tls.get_ref().1.alpn_protocol() {
-                Some(crate::tls::ALPN_H2) => connected.negotiated_h2(),
+                Some(prequal_http::tls::ALPN_H2) => connected.negotiated_h2(),
                 _ => connected,
             },
         }

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use prequal_http::watch::{self, Reload};
 
+use crate::background::Background;
 use crate::cluster::Cluster;
 
 /// Parses a replica list file: one `host:port` per line, `#` starts a comment.
@@ -31,19 +32,24 @@ pub fn parse_list(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// Starts discovery for `cluster` as its config says.
-pub fn start(cluster: &Arc<Cluster>) {
+/// Starts discovery for `cluster` as its config says: sets the static list, or reads the
+/// replica file now (so the cluster starts with its replicas) and watches it, or returns the
+/// DNS watch for the caller to spawn.
+///
+/// The file watch is prequal-http's, which spawns itself on the current runtime (and does not
+/// run outside one); call this within the runtime that is to run it.
+pub fn start(cluster: &Arc<Cluster>) -> Background {
     let config = cluster.config();
     let interval = config.discovery_interval;
     if config.upstreams_file.is_some() {
-        // Read once now so the cluster starts with its replicas; a failure is logged, and the
-        // watch tries again.
+        // A failure is logged, and the watch tries again.
         let _ = watch::load_and_spawn(cluster, interval);
+        Background::none()
     } else if let Some(name) = config.upstreams_dns.clone() {
-        let weak = Arc::downgrade(cluster);
-        tokio::spawn(watch_dns(weak, name, interval));
+        Background::one(watch_dns(Arc::downgrade(cluster), name, interval))
     } else {
         cluster.set_members(&config.upstreams);
+        Background::none()
     }
 }
 

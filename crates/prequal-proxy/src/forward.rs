@@ -32,7 +32,6 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -43,12 +42,14 @@ use hyper::body::Incoming;
 use prequal_core::{Outcome, ReplicaId};
 use prequal_http::protocol::{LOAD_HEADER, parse_reply};
 use prequal_http::{TrackedBody, head_outcome};
+use tokio::time::Instant;
 
 use crate::access_log::Served;
-use crate::body::{ProxyBody, TryGuard, full};
-use crate::cluster::{Cluster, Strict};
+use crate::body::{ProxyBody, full};
+use crate::cluster::{Attempt, Cluster, HedgePlan, Strict};
 use crate::headers::{ClientHop, Direction, add_forwarding, strip_hop_by_hop};
 use crate::replay::RequestBody;
+use crate::try_guard::TryGuard;
 use crate::upstream::UpstreamBody;
 
 /// Limits that apply to every request, from `[server]`.
@@ -76,12 +77,14 @@ fn is_idempotent(method: &Method) -> bool {
     )
 }
 
-/// Forwards `request` to `cluster`, retrying and hedging as the module docs say.
+/// Forwards `request` to `cluster` over the connections of data-plane `worker` (the thread
+/// this runs on), retrying and hedging as the module docs say.
 pub async fn forward(
     cluster: &Arc<Cluster>,
     request: Request<Incoming>,
     client: &ClientHop,
     limits: Limits,
+    worker: usize,
 ) -> Response<ProxyBody> {
     let (mut parts, body) = request.into_parts();
     if parts.method == http::Method::CONNECT {
@@ -116,6 +119,9 @@ pub async fn forward(
         body,
         tried: Vec::new(),
         deadline: Instant::now() + config.request_timeout,
+        worker,
+        hedgeable,
+        hedge_plan: None,
     };
     // The tries in flight: the first (or a retry), and the hedges sent while it runs.
     let mut running = FuturesUnordered::new();
@@ -134,10 +140,10 @@ pub async fn forward(
             };
             running.push(next);
             attempts += 1;
-            if attempts == 1 && hedgeable {
-                // The hedge clock starts once the first try is on its way.
-                hedge_plan = cluster.hedge_plan();
-                hedge_at = hedge_plan.map(|(_, due)| due);
+            if attempts == 1 {
+                // Planned with the first try's pick: the hedge clock starts once it is on its way.
+                hedge_plan = tries.hedge_plan.take();
+                hedge_at = hedge_plan.map(|plan| plan.due);
             }
         }
         let hedging = hedge_at.filter(|_| attempts < config.max_attempts);
@@ -145,7 +151,7 @@ pub async fn forward(
             Some(ended) = running.next() => ended,
             () = sleep_until_some(hedging) => {
                 hedge_at = None;
-                let Some((started, _)) = hedge_plan else { continue };
+                let Some(HedgePlan { started, .. }) = hedge_plan else { continue };
                 match cluster.poll_hedge(started, hedges_sent, &tries.tried) {
                     Some(Ok(())) => {
                         let last = attempts + 1 == config.max_attempts;
@@ -215,7 +221,7 @@ type TryFuture<'a> = Pin<Box<dyn Future<Output = (Step, bool)> + Send + 'a>>;
 /// Sleeps until `at`; never ends if there is none.
 async fn sleep_until_some(at: Option<Instant>) {
     match at {
-        Some(at) => tokio::time::sleep_until(at.into()).await,
+        Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
 }
@@ -228,6 +234,12 @@ struct Tries<'a> {
     /// Replicas this request was sent to, never picked again while others are left.
     tried: Vec<ReplicaId>,
     deadline: Instant,
+    /// The data-plane worker whose connections the tries use.
+    worker: usize,
+    /// Whether the request may be hedged.
+    hedgeable: bool,
+    /// Its hedge plan, from its first try's pick until the loop takes it.
+    hedge_plan: Option<HedgePlan>,
 }
 
 impl<'a> Tries<'a> {
@@ -243,7 +255,14 @@ impl<'a> Tries<'a> {
         last: bool,
     ) -> Option<TryFuture<'a>> {
         let body = self.body.for_try()?;
-        let chosen = self.cluster.pick(first, &self.tried, strict).await?;
+        let attempt = Attempt {
+            first,
+            plan_hedge: first && self.hedgeable,
+            exclude: &self.tried,
+            strict,
+        };
+        let chosen = self.cluster.pick(self.worker, attempt).await?;
+        self.hedge_plan = chosen.hedge;
         self.tried.push(chosen.replica);
         let headers = match last {
             true => std::mem::take(&mut self.parts.headers),
@@ -253,7 +272,7 @@ impl<'a> Tries<'a> {
         let upstream = upstream_request(&self.parts, headers, version, body);
         // The guard exists from the dispatch on, so the policy hears of this try's end even
         // if its future is dropped before it first runs.
-        let guard = TryGuard::dispatched(self.cluster, &chosen);
+        let guard = TryGuard::dispatched(self.cluster, &chosen, self.worker);
         let step = one_try(guard, chosen.authority, upstream, self.deadline);
         Some(Box::pin(async move { (step.await, hedge) }))
     }
@@ -333,7 +352,8 @@ async fn one_try(
         .config()
         .try_timeout
         .min(deadline - Instant::now().min(deadline));
-    let send = cluster.upstream().send(guard.replica, &authority, upstream);
+    let upstream_pool = cluster.upstream(guard.worker);
+    let send = upstream_pool.send(guard.replica, &authority, upstream);
     let sent = tokio::time::timeout(limit, send).await;
     let response = match sent {
         Err(_) => {

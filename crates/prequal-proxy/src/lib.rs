@@ -7,11 +7,20 @@
 //! TLS with ALPN, [`tls`]); [`routing`] picks a cluster by host and path prefix; [`forward`]
 //! asks the cluster's policy for a replica, sends the request over a pooled connection (plain
 //! or TLS, [`upstream`]), and retries connect failures (and, for idempotent methods, 5xx and
-//! timeouts) within the retry budget. Each [`cluster`] keeps its
-//! policy instance behind a short-held mutex, feeds it dispatches, completions (error aversion
-//! sees every 5xx) and probe replies, and adds outlier ejection and slow start around it. The
-//! [`prober`] sends the probes the policy asks for and runs its timers; [`discovery`] keeps the
-//! replica lists current; `admin` serves `/metrics`, `/ready`, `/live` and per-cluster JSON.
+//! timeouts) within the retry budget; a [`try_guard`] reports each try's end. Each [`cluster`]
+//! keeps its policy instance, inside prequal-core's `Balancer` (outlier ejection, slow start,
+//! retries, hedging), behind one short-held mutex, feeds it dispatches, completions (error
+//! aversion sees every 5xx) and probe replies, and runs its timer. The [`prober`] sends the
+//! probes the policy asks for; [`discovery`] keeps the replica lists current; `admin` serves
+//! `/metrics`, `/ready`, `/live` and per-cluster JSON. Constructors start no task: the timers
+//! and DNS watches come back as [`background`] work, which the server spawns.
+//!
+//! No source file uses itself through others (`tests/module_graph.rs` checks it): from the
+//! leaves up, `body`, `config`, `metrics`, `headers`, `access_log`, [`clock`], `background`,
+//! `tls`, `connector`, `replay`; `upstream`; `prober`; `cluster`; `try_guard`, `discovery`;
+//! `forward`, `routing`; `shared`; `admin`; `server`; `reload`. All time is tokio's (see
+//! [`clock`]), so tests can pause it.
+//!
 //! The configuration ([`config`]) is documented key by key in `docs/config.md`, and running the
 //! proxy in `docs/proxy.md`.
 //!
@@ -32,7 +41,9 @@
 
 pub mod access_log;
 mod admin;
+pub mod background;
 pub mod body;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 mod connector;
@@ -45,7 +56,9 @@ pub mod reload;
 pub mod replay;
 pub mod routing;
 pub mod server;
+mod shared;
 pub mod tls;
+pub mod try_guard;
 pub mod upstream;
 
 pub use config::{ClusterConfig, ConfigError, ProxyConfig, RouteConfig, UpstreamProtocol};

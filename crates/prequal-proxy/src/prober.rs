@@ -1,12 +1,13 @@
-//! The prober and the timer: the two tasks that carry a policy's requests to the outside world.
+//! The prober: carries the probes a policy asks for to its replicas and their replies back.
 //!
-//! **Probes.** After every event a cluster drains the probes its policy asks for and hands them
-//! here once its lock is released. Each probe is its own small task (so a request never waits
-//! for a probe) that sends `GET /.prequal/probe?v=1` (the protocol of
-//! `prequal_http::protocol`, with the sync-mode hint when there is one) over a connection
-//! pool of its own ([`crate::upstream`]), waits at most the policy's `probe_timeout()`, and
-//! reports the parsed [`LoadReport`] or a failure back to the policy. A probe that timed out is
-//! still read to its end (for up to a second) so that its connection is reused, not replaced.
+//! After every event a cluster drains the probes its policy asks for and hands them here once
+//! its lock is released. Each probe is its own small task (so a request never waits for a
+//! probe) that sends `GET /.prequal/probe?v=1` (the protocol of `prequal_http::protocol`, with
+//! the sync-mode hint when there is one) over a connection pool of its own
+//! ([`crate::upstream`], one per data-plane worker, the one of the thread that sends it), waits
+//! at most the policy's `probe_timeout()`, and reports the parsed [`LoadReport`] or a failure
+//! back to its owner, the cluster. A probe that timed out is still read to its end (for up to a
+//! second) so that its connection is reused, not replaced.
 //!
 //! Probe traffic is bounded twice, late probes included: at most `max_probes_per_replica` to one
 //! replica and `max_probes_in_flight` per cluster. A probe beyond either bound is reported
@@ -16,26 +17,24 @@
 //! to every other replica; and since a refused probe counts as a failed one, the policy learns
 //! from them that the replica does not answer (see prequal-core's error aversion).
 //!
-//! **Timer.** One task per cluster sleeps until the policy's `poll_timeout()` (idle probing,
-//! server-report polling for weighted-round-robin and yarp-p2c, sync-mode probe timeouts) or
-//! the end of an outlier ejection, whichever is first, and then calls `handle_timeout`. A
-//! cluster wakes it early through a `Notify` when a new deadline is earlier than the one it
-//! sleeps on. The task holds only a weak reference, so it ends when its cluster is dropped
-//! (after a reload).
+//! The prober knows its owner only as a `ProbeOwner`: what to report a probe's end to. So
+//! the cluster uses the prober, and the prober does not use the cluster.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use http::HeaderValue;
-use http::uri::PathAndQuery;
-use prequal_core::{LoadReport, ProbeRequest};
+use http::uri::{Authority, PathAndQuery};
+use prequal_core::{LoadReport, ProbeRequest, ReplicaId};
 use prequal_http::protocol::probe_path_and_query;
 use prequal_http::read_probe_reply;
-use tokio::sync::OwnedSemaphorePermit;
+use prometheus_client::metrics::counter::Counter;
 
 use crate::body::{BoxError, empty};
-use crate::cluster::{Cluster, Outbox, ProbeTarget};
+use crate::config::ClusterConfig;
+use crate::metrics::ClusterMetrics;
+use crate::upstream::Upstream;
 
 /// Rounds of "report failures, drain again" before leftover probes wait for the next event;
 /// keeps a policy that re-probes on every failure from looping while the probe slots are full.
@@ -43,96 +42,182 @@ const MAX_FAILURE_ROUNDS: usize = 2;
 /// How long a probe that timed out may still take to finish, for its connection's sake.
 const PROBE_LINGER: Duration = Duration::from_secs(1);
 
-impl Cluster {
-    /// Sends each probe in `outbox` as its own task.
-    pub(crate) fn send_probes(self: &Arc<Self>, outbox: Outbox) {
-        let mut outbox = outbox;
-        for _ in 0..MAX_FAILURE_ROUNDS {
-            if outbox.is_empty() {
-                return;
-            }
-            let failed = self.launch(outbox);
-            outbox = Vec::new();
-            for probe in failed {
-                outbox.extend(self.probe_result(&probe, None));
-            }
-        }
-        // Still failing: report without draining further; the next event drains the rest.
-        for (probe, _) in outbox {
-            self.metrics.probes_dropped.inc();
-            let _ = self.probe_result(&probe, None);
+/// Probes to send, with where each goes (`None` if the replica left meanwhile).
+pub(crate) type Outbox = Vec<(ProbeRequest, Option<ProbeTarget>)>;
+
+/// The replica a probe goes to: its address and its count of probes outstanding.
+#[derive(Debug, Clone)]
+pub(crate) struct ProbeTarget {
+    pub(crate) authority: Authority,
+    /// Probes sent to the replica that have not finished yet, late ones included.
+    pub(crate) outstanding: Arc<AtomicUsize>,
+}
+
+/// What a probe's end is reported to: the cluster whose policy asked for it.
+pub(crate) trait ProbeOwner: Send + Sync + 'static {
+    /// The prober that sends this owner's probes.
+    fn prober(&self) -> &Prober;
+    /// A probe ended: `Some(report)` if answered, `None` if it failed or was never sent.
+    /// Returns the probes the policy asks for next.
+    fn probe_result(&self, probe: &ProbeRequest, report: Option<&LoadReport>) -> Outbox;
+}
+
+/// One cluster's probe sender: its probe connections per data-plane worker, the probe timeout
+/// and the two bounds on probes outstanding.
+#[derive(Debug)]
+pub(crate) struct Prober {
+    /// The cluster's name, for logs.
+    name: String,
+    upstreams: Vec<Upstream>,
+    version: http::Version,
+    timeout: Duration,
+    /// Probes of the cluster not finished yet, late ones included.
+    in_flight: Arc<AtomicUsize>,
+    max_in_flight: usize,
+    max_per_replica: usize,
+    /// Probes not sent because the cluster's bound was reached.
+    dropped: Counter,
+    /// Probes not sent because their replica's bound was reached.
+    skipped: Counter,
+}
+
+impl Prober {
+    /// The prober of a cluster configured by `config`, whose policy's probe timeout is
+    /// `timeout`, sending over `upstreams` (one entry per data-plane worker).
+    pub(crate) fn new(
+        config: &ClusterConfig,
+        metrics: &ClusterMetrics,
+        upstreams: Vec<Upstream>,
+        timeout: Duration,
+    ) -> Self {
+        Prober {
+            name: metrics.name.clone(),
+            upstreams,
+            version: config.protocol.version(),
+            timeout,
+            in_flight: Arc::default(),
+            max_in_flight: config.max_probes_in_flight,
+            max_per_replica: config.max_probes_per_replica,
+            dropped: metrics.probes_dropped.clone(),
+            skipped: metrics.probes_skipped.clone(),
         }
     }
 
-    /// Starts a task per probe; returns the probes that could not be started.
-    fn launch(self: &Arc<Self>, outbox: Outbox) -> Vec<ProbeRequest> {
-        let mut failed = Vec::new();
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return outbox.into_iter().map(|(p, _)| p).collect();
-        };
-        for (probe, target) in outbox {
-            let Some(target) = target else {
-                failed.push(probe);
-                continue;
-            };
-            let Some(outstanding) =
-                Outstanding::take(&target, self.config().max_probes_per_replica)
-            else {
-                self.metrics.probes_skipped.inc();
-                failed.push(probe);
-                continue;
-            };
-            let Ok(permit) = Arc::clone(&self.probe_slots).try_acquire_owned() else {
-                self.metrics.probes_dropped.inc();
-                failed.push(probe);
-                continue;
-            };
-            let cluster = Arc::clone(self);
-            let slot = (permit, outstanding);
-            runtime.spawn(run_probe(cluster, probe, target.authority, slot));
+    /// The policy's probe timeout.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Closes the idle probe connections to a replica that left the cluster.
+    pub(crate) fn forget(&self, replica: ReplicaId) {
+        for upstream in &self.upstreams {
+            upstream.forget(replica);
         }
-        failed
+    }
+
+    /// The probe connections of data-plane `worker`.
+    fn upstream(&self, worker: usize) -> &Upstream {
+        &self.upstreams[worker % self.upstreams.len()]
     }
 }
 
-/// One probe counted as outstanding at its replica until dropped.
-struct Outstanding(Arc<AtomicUsize>);
+/// Sends each probe in `outbox` as its own task, over the probe connections of data-plane
+/// `worker` (the thread this runs on), and reports the ones that cannot be sent to `owner` as
+/// failed (sending what it asks for then, for a few rounds).
+pub(crate) fn send<O: ProbeOwner>(owner: &Arc<O>, outbox: Outbox, worker: usize) {
+    let mut outbox = outbox;
+    for _ in 0..MAX_FAILURE_ROUNDS {
+        if outbox.is_empty() {
+            return;
+        }
+        let failed = launch(owner, outbox, worker);
+        outbox = Vec::new();
+        for probe in failed {
+            outbox.extend(owner.probe_result(&probe, None));
+        }
+    }
+    // Still failing: report without draining further; the next event drains the rest.
+    for (probe, _) in outbox {
+        owner.prober().dropped.inc();
+        let _ = owner.probe_result(&probe, None);
+    }
+}
 
-impl Outstanding {
-    /// Counts one more probe to `target`, unless it already has `max` outstanding.
-    fn take(target: &ProbeTarget, max: usize) -> Option<Self> {
-        target
-            .outstanding
+/// Starts a task per probe; returns the probes that could not be started.
+fn launch<O: ProbeOwner>(owner: &Arc<O>, outbox: Outbox, worker: usize) -> Vec<ProbeRequest> {
+    let prober = owner.prober();
+    let mut failed = Vec::new();
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return outbox.into_iter().map(|(p, _)| p).collect();
+    };
+    for (probe, target) in outbox {
+        let Some(target) = target else {
+            failed.push(probe);
+            continue;
+        };
+        let Some(outstanding) = Slot::take(&target.outstanding, prober.max_per_replica) else {
+            prober.skipped.inc();
+            failed.push(probe);
+            continue;
+        };
+        let Some(in_flight) = Slot::take(&prober.in_flight, prober.max_in_flight) else {
+            prober.dropped.inc();
+            failed.push(probe);
+            continue;
+        };
+        let slot = (in_flight, outstanding);
+        runtime.spawn(run_probe(
+            Arc::clone(owner),
+            probe,
+            target.authority,
+            slot,
+            worker,
+        ));
+    }
+    failed
+}
+
+/// One probe counted in a bounded count (the cluster's probes in flight, or one replica's
+/// probes outstanding) until dropped. An atomic, not a semaphore: nothing ever waits for a
+/// slot, and giving one back takes no lock.
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    /// Counts one more probe in `count`, unless it is already at `max`.
+    fn take(count: &Arc<AtomicUsize>, max: usize) -> Option<Self> {
+        count
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < max).then_some(n + 1)
             })
             .ok()
-            .map(|_| Outstanding(Arc::clone(&target.outstanding)))
+            .map(|_| Slot(Arc::clone(count)))
     }
 }
 
-impl Drop for Outstanding {
+impl Drop for Slot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
-async fn run_probe(
-    cluster: Arc<Cluster>,
+async fn run_probe<O: ProbeOwner>(
+    owner: Arc<O>,
     probe: ProbeRequest,
-    authority: http::uri::Authority,
-    permit: (OwnedSemaphorePermit, Outstanding),
+    authority: Authority,
+    permit: (Slot, Slot),
+    worker: usize,
 ) {
     // Probes are spawned while a request is being picked for; yielding once lets that request
     // be written to its replica first, so probing never delays the query that triggered it.
     tokio::task::yield_now().await;
-    let mut fetch = std::pin::pin!(fetch(&cluster, &probe, &authority));
-    let report = match tokio::time::timeout(cluster.probe_timeout, fetch.as_mut()).await {
+    let prober = owner.prober();
+    let mut fetch = std::pin::pin!(fetch(prober, &probe, &authority, worker));
+    let report = match tokio::time::timeout(prober.timeout, fetch.as_mut()).await {
         Ok(Ok(report)) => report,
         Ok(Err(error)) => {
-            tracing::debug!(cluster = cluster.name(), replica = %authority, %error, "probe failed");
+            tracing::debug!(cluster = %prober.name, replica = %authority, %error, "probe failed");
             drop(permit);
-            cluster.send_probes(cluster.probe_result(&probe, None));
+            send(&owner, owner.probe_result(&probe, None), worker);
             return;
         }
         Err(_) => {
@@ -140,20 +225,21 @@ async fn run_probe(
             // left to finish (within PROBE_LINGER, holding its probe slot) so that its
             // connection goes back to the pool: dropping it would close the connection, and
             // under load, when probes run late, every late probe would cost a new connection.
-            cluster.send_probes(cluster.probe_result(&probe, None));
+            send(&owner, owner.probe_result(&probe, None), worker);
             let _ = tokio::time::timeout(PROBE_LINGER, fetch).await;
             drop(permit);
             return;
         }
     };
     drop(permit);
-    cluster.send_probes(cluster.probe_result(&probe, Some(&report)));
+    send(&owner, owner.probe_result(&probe, Some(&report)), worker);
 }
 
 async fn fetch(
-    cluster: &Cluster,
+    prober: &Prober,
     probe: &ProbeRequest,
-    authority: &http::uri::Authority,
+    authority: &Authority,
+    worker: usize,
 ) -> Result<LoadReport, BoxError> {
     let path = match probe.hint {
         None => plain_probe_path()?,
@@ -161,16 +247,16 @@ async fn fetch(
     };
     let mut request = http::Request::new(empty());
     *request.uri_mut() = http::Uri::from(path);
-    *request.version_mut() = cluster.version();
-    if cluster.version() == http::Version::HTTP_11 {
+    *request.version_mut() = prober.version;
+    if prober.version == http::Version::HTTP_11 {
         // Named here, the pool does not have to format one for every probe.
         request.headers_mut().insert(
             http::header::HOST,
             HeaderValue::from_str(authority.as_str())?,
         );
     }
-    let response = cluster
-        .probe_upstream()
+    let response = prober
+        .upstream(worker)
         .send(probe.replica, authority, request)
         .await?;
     Ok(read_probe_reply(response).await?)
@@ -183,35 +269,4 @@ fn plain_probe_path() -> Result<PathAndQuery, BoxError> {
         .get_or_init(|| PathAndQuery::try_from(probe_path_and_query(None)).ok())
         .clone()
         .ok_or_else(|| "the probe path is not a valid URI path".into())
-}
-
-/// Starts the cluster's timer task (see the module docs).
-pub(crate) fn spawn_timer(cluster: &Arc<Cluster>) {
-    let weak = Arc::downgrade(cluster);
-    let wake = Arc::clone(&cluster.wake);
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(timer_loop(weak, wake));
-    }
-}
-
-async fn timer_loop(weak: Weak<Cluster>, wake: Arc<tokio::sync::Notify>) {
-    loop {
-        let deadline = {
-            let Some(cluster) = weak.upgrade() else {
-                return;
-            };
-            let (outbox, deadline) = cluster.tick();
-            cluster.send_probes(outbox);
-            deadline
-        };
-        match deadline {
-            Some(at) => {
-                tokio::select! {
-                    _ = tokio::time::sleep_until(at.into()) => {}
-                    _ = wake.notified() => {}
-                }
-            }
-            None => wake.notified().await,
-        }
-    }
 }

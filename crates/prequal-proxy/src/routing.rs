@@ -7,10 +7,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use http::Request;
 
+use crate::background::Background;
+use crate::clock::Clock;
 use crate::cluster::Cluster;
 use crate::config::{ProxyConfig, RouteConfig};
 use crate::metrics::Metrics;
@@ -42,14 +43,17 @@ pub enum BuildError {
 
 impl Routing {
     /// Builds the table for `config` (validated), reusing unchanged clusters from `previous`.
-    /// Must run inside a tokio runtime: new clusters start their tasks.
+    /// Returns it with the background work of its new clusters (their timers and DNS
+    /// watches), for the caller to spawn. A cluster's `upstreams_file` and TLS files are
+    /// watched by prequal-http's watch, which spawns itself on the current runtime.
     pub fn build(
         config: &ProxyConfig,
         previous: Option<&Routing>,
-        epoch: Instant,
+        clock: Clock,
         metrics: &Arc<Metrics>,
-    ) -> Result<Self, BuildError> {
+    ) -> Result<(Self, Background), BuildError> {
         let mut clusters = BTreeMap::new();
+        let mut background = Background::none();
         for (name, cluster_config) in &config.clusters {
             let kept = previous
                 .and_then(|p| p.clusters.get(name))
@@ -61,11 +65,11 @@ impl Routing {
                         None => None,
                         Some(tls) => Some(ClientTls::load(name, tls, cluster_config.protocol)?),
                     };
-                    let cluster = Cluster::start(
+                    let (cluster, timer) = Cluster::new(
                         name,
                         cluster_config,
                         tls,
-                        epoch,
+                        clock,
                         metrics,
                         config.server.workers(),
                     )
@@ -73,7 +77,8 @@ impl Routing {
                         cluster: name.clone(),
                         source,
                     })?;
-                    crate::discovery::start(&cluster);
+                    background.add(timer);
+                    background.add(crate::discovery::start(&cluster));
                     cluster
                 }
             };
@@ -84,11 +89,12 @@ impl Routing {
             .iter()
             .filter_map(|r| clusters.get(&r.cluster).map(|c| (r.clone(), Arc::clone(c))))
             .collect();
-        Ok(Routing {
+        let routing = Routing {
             config: config.clone(),
             clusters,
             routes,
-        })
+        };
+        Ok((routing, background))
     }
 
     /// The configuration this table was built from.
@@ -164,8 +170,8 @@ mod tests {
         assert_eq!(request_host(&req), Some("[::1]"));
     }
 
-    #[tokio::test]
-    async fn routes_by_host_then_prefix() {
+    #[test]
+    fn routes_by_host_then_prefix() {
         let text = r#"
             [clusters.api]
             upstreams = ["127.0.0.1:1"]
@@ -184,7 +190,7 @@ mod tests {
         "#;
         let config = ProxyConfig::from_toml(text, "t.toml").unwrap();
         let metrics = Arc::new(Metrics::new());
-        let routing = Routing::build(&config, None, Instant::now(), &metrics).unwrap();
+        let (routing, _) = Routing::build(&config, None, Clock::start(), &metrics).unwrap();
         let name = |host: &str, path: &str| {
             let req = Request::builder()
                 .uri(path)
@@ -196,7 +202,9 @@ mod tests {
         assert_eq!(name("API.example", "/").as_deref(), Some("api"));
         assert_eq!(name("other", "/api/v1").as_deref(), Some("api"));
         assert_eq!(name("other", "/index").as_deref(), Some("web"));
-        let again = Routing::build(&config, Some(&routing), Instant::now(), &metrics).unwrap();
+        let (again, kept) =
+            Routing::build(&config, Some(&routing), Clock::start(), &metrics).unwrap();
+        assert!(kept.is_empty(), "unchanged clusters start nothing again");
         assert!(Arc::ptr_eq(
             &again.clusters["api"],
             &routing.clusters["api"]

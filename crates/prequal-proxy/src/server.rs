@@ -17,13 +17,10 @@
 //! closed, HTTP/2 connections get a GOAWAY, and requests in flight run to completion (up to
 //! `server.drain_timeout`).
 
-use std::cell::Cell;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
-use std::time::Instant;
+use std::sync::Arc;
 
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -34,14 +31,18 @@ use hyper_util::server::graceful::GracefulShutdown;
 use prequal_http::serve::{accept_until, drain, spawn_connection, spawn_tls_connection};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 use crate::access_log::{AccessLog, Entry, REQUEST_ID, Served, ensure_request_id};
+use crate::background::Background;
 use crate::body::ProxyBody;
+use crate::clock::Clock;
 use crate::config::{ProxyConfig, ServerConfig};
 use crate::forward::{Limits, forward, local_response};
 use crate::headers::ClientHop;
 use crate::metrics::Metrics;
 use crate::routing::Routing;
+pub use crate::shared::Shared;
 use crate::tls::ServerTls;
 
 /// Why the proxy could not start or reload.
@@ -76,37 +77,6 @@ pub enum ProxyError {
     },
 }
 
-/// State shared by every connection, the admin listener and reloads.
-#[derive(Debug)]
-pub struct Shared {
-    routing: RwLock<Arc<Routing>>,
-    /// The proxy's metrics.
-    pub metrics: Arc<Metrics>,
-    epoch: Instant,
-    draining: AtomicBool,
-    access_log: Option<AccessLog>,
-    /// TLS termination, when `[server.tls]` is set.
-    tls: Option<Arc<ServerTls>>,
-}
-
-impl Shared {
-    /// The routing table now in force.
-    pub fn routing(&self) -> Arc<Routing> {
-        let guard = self.routing.read().unwrap_or_else(|p| p.into_inner());
-        Arc::clone(&guard)
-    }
-
-    /// True once shutdown has begun.
-    pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Relaxed)
-    }
-
-    /// The listener's TLS, when it terminates TLS.
-    pub fn tls(&self) -> Option<&Arc<ServerTls>> {
-        self.tls.as_ref()
-    }
-}
-
 /// A handle to a running proxy, for reloads and views; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct ProxyHandle {
@@ -122,13 +92,15 @@ impl ProxyHandle {
         if config.server != old.config().server || config.admin != old.config().admin {
             tracing::warn!("[server] and [admin] changes take effect only after a restart");
         }
-        let routing = Routing::build(config, Some(&old), self.shared.epoch, &self.shared.metrics)?;
-        let mut guard = self
-            .shared
-            .routing
-            .write()
-            .unwrap_or_else(|p| p.into_inner());
-        *guard = Arc::new(routing);
+        // Within the proxy's runtime, wherever this is called from: the file watches that
+        // building starts spawn themselves on the current runtime.
+        let runtime = self.shared.runtime();
+        let _entered = runtime.enter();
+        let clock = self.shared.clock();
+        let (routing, background) =
+            Routing::build(config, Some(&old), clock, &self.shared.metrics)?;
+        self.shared.set_routing(routing);
+        spawn(runtime, background);
         tracing::info!("configuration reloaded");
         Ok(())
     }
@@ -176,9 +148,9 @@ impl Proxy {
             None => None,
             Some(tls) => Some(Arc::new(ServerTls::load(tls)?)),
         };
-        let epoch = Instant::now();
+        let clock = Clock::start();
         let metrics = Arc::new(Metrics::new());
-        let routing = Routing::build(config, None, epoch, &metrics)?;
+        let (routing, background) = Routing::build(config, None, clock, &metrics)?;
         let access_log = match &config.server.access_log {
             None => None,
             Some(path) => Some(
@@ -188,14 +160,12 @@ impl Proxy {
                 })?,
             ),
         };
-        let shared = Arc::new(Shared {
-            routing: RwLock::new(Arc::new(routing)),
-            metrics,
-            epoch,
-            draining: AtomicBool::new(false),
-            access_log,
-            tls,
-        });
+        // Background work runs on the runtime the proxy is bound in (and so is reloaded in).
+        let runtime = tokio::runtime::Handle::current();
+        spawn(&runtime, background);
+        let shared = Arc::new(Shared::new(
+            routing, metrics, clock, access_log, tls, runtime,
+        ));
         Ok(Proxy {
             shared,
             listener,
@@ -236,7 +206,7 @@ impl Proxy {
         let workers: Vec<Worker> = (1..server.workers())
             .filter_map(|index| Worker::spawn(index, &shared, &server))
             .collect();
-        let local = Serving::new(&server, &shared);
+        let local = Serving::new(&server, &shared, 0);
         let mut next = 0usize;
         let deal = |stream, remote| {
             next = (next + 1) % (workers.len() + 1);
@@ -246,7 +216,7 @@ impl Proxy {
             }
         };
         accept_until(listener, shutdown, deal).await;
-        shared.draining.store(true, Ordering::Relaxed);
+        shared.start_draining();
         tracing::info!("draining in-flight requests");
         // Closing a worker's queue makes it drain; all threads drain at the same time.
         let stopped: Vec<_> = workers.into_iter().map(|w| w.done).collect();
@@ -260,19 +230,12 @@ impl Proxy {
     }
 }
 
-thread_local! {
-    static WORKER: Cell<usize> = const { Cell::new(0) };
-}
-
-/// The data-plane worker the current thread is: 0 for the thread that runs [`Proxy::run`] (and
-/// any thread that is not a worker), 1.. for the threads it starts.
-pub(crate) fn worker_index() -> usize {
-    WORKER.with(Cell::get)
-}
-
 /// What one thread needs to serve connections: the HTTP/1.1 + HTTP/2 builder, the limits, the
-/// TLS acceptor if any, and the watcher that drains its connections on shutdown.
+/// TLS acceptor if any, the watcher that drains its connections on shutdown, and which
+/// data-plane worker it is (0 for the thread that runs [`Proxy::run`], 1.. for the threads it
+/// starts), which picks the connection pools its requests and probes use.
 struct Serving {
+    worker: usize,
     builder: auto::Builder<TokioExecutor>,
     limits: Limits,
     tls: Option<Arc<ServerTls>>,
@@ -280,13 +243,14 @@ struct Serving {
 }
 
 impl Serving {
-    fn new(server: &ServerConfig, shared: &Shared) -> Self {
+    fn new(server: &ServerConfig, shared: &Shared, worker: usize) -> Self {
         Serving {
+            worker,
             builder: connection_builder(server),
             limits: Limits {
                 max_body_bytes: server.max_body_bytes,
             },
-            tls: shared.tls.clone(),
+            tls: shared.tls().cloned(),
             graceful: GracefulShutdown::new(),
         }
     }
@@ -299,9 +263,11 @@ impl Serving {
             Some(_) => ClientHop::over_tls(remote),
         };
         let client = Arc::new(hop);
-        let limits = self.limits;
-        let service =
-            service_fn(move |req| handle(Arc::clone(&state), req, Arc::clone(&client), limits));
+        let (limits, worker) = (self.limits, self.worker);
+        let service = service_fn(move |req| {
+            let client = Arc::clone(&client);
+            handle(Arc::clone(&state), req, client, limits, worker)
+        });
         match &self.tls {
             None => spawn_connection(&self.builder, stream, remote, service, &self.graceful),
             Some(tls) => {
@@ -338,7 +304,7 @@ impl Worker {
         let shared = Arc::clone(shared);
         let server = server.clone();
         let work = async move {
-            let serving = Serving::new(&server, &shared);
+            let serving = Serving::new(&server, &shared, index);
             while let Some((stream, remote)) = accepted.recv().await {
                 match TcpStream::from_std(stream) {
                     Ok(stream) => serving.serve(stream, remote, &shared),
@@ -350,7 +316,6 @@ impl Worker {
         std::thread::Builder::new()
             .name(format!("prequal-data-{index}"))
             .spawn(move || {
-                WORKER.with(|w| w.set(index));
                 runtime.block_on(work);
                 let _ = finished.send(());
             })
@@ -384,6 +349,13 @@ impl Worker {
     }
 }
 
+/// Spawns the clusters' timers and DNS watches on `runtime`.
+fn spawn(runtime: &tokio::runtime::Handle, background: Background) {
+    for task in background.into_tasks() {
+        runtime.spawn(task);
+    }
+}
+
 /// HTTP/1.1 and HTTP/2 on one listener, with the head-size limits of `[server]`.
 fn connection_builder(server: &ServerConfig) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -406,11 +378,12 @@ async fn handle(
     mut request: Request<Incoming>,
     client: Arc<ClientHop>,
     limits: Limits,
+    worker: usize,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let start = Instant::now();
     let id = ensure_request_id(request.headers_mut());
     // What the access log needs of the request, kept only when there is one.
-    let logged = shared.access_log.as_ref().map(|_| {
+    let logged = shared.access_log().map(|_| {
         let host = request
             .headers()
             .get(http::header::HOST)
@@ -431,13 +404,13 @@ async fn handle(
             drop(routing);
             let metrics = &cluster.metrics;
             metrics.requests.inc();
-            let response = forward(&cluster, request, &client, limits).await;
+            let response = forward(&cluster, request, &client, limits, worker).await;
             metrics.duration.observe(start.elapsed().as_secs_f64());
             metrics.response(response.status().as_u16());
             (response, Some(cluster))
         }
     };
-    if let (Some(log), Some((method, host, path))) = (&shared.access_log, logged) {
+    if let (Some(log), Some((method, host, path))) = (shared.access_log(), logged) {
         let served = response
             .extensions()
             .get::<Served>()

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::uri::Authority;
@@ -35,6 +35,7 @@ use hyper::client::conn::http1;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use prequal_core::ReplicaId;
+use tokio::time::Instant;
 
 use crate::body::ProxyBody;
 use crate::config::{ClusterConfig, UpstreamProtocol};

@@ -1,131 +1,103 @@
 //! One upstream cluster: its replicas, its policy instance, and the resilience state around it.
 //!
-//! The policy from prequal-core lives in the cluster state behind a `std::sync::Mutex` held only
-//! for the few microseconds an event takes and never across an `.await`. Every event (a pick, a
-//! completion, a probe reply, a timer) is one short critical section that also drains what the
-//! policy wants done next: probes to send (handed to [`crate::prober`] after the lock is
-//! released, so probe traffic never runs on a request's path) and sync-mode decisions to hand to
-//! the requests waiting for them. Time is the nanoseconds since the proxy started, as a
-//! [`Time`].
+//! A cluster is prequal-core's [`Balancer`] and the proxy's per-replica records behind one
+//! `std::sync::Mutex` (`state.rs`), plus its connections: pools for requests and, in the
+//! [`crate::prober`], pools for probes, one of each per data-plane worker, kept outside the lock.
+//! The lock is held only for the few microseconds an event takes and never across an
+//! `.await`. Every event (a pick, a completion, a probe reply, a timer) is one short critical
+//! section that also drains what the policy wants done next: probes to send (handed to the
+//! prober after the lock is released, so probe traffic never runs on a request's path) and
+//! sync-mode decisions to hand to the requests waiting for them. Time is the nanoseconds since
+//! the proxy started, as a [`Time`].
 //!
-//! The policy sits inside prequal-core's [`Balancer`], which decides everything around it, the
-//! same lines the simulator runs: outlier ejection (an ejected replica is removed from the policy
-//! and inserted again when its ejection ends), slow start (a replica that joins after the
-//! cluster started is passed over, with probability `1 − factor`, for another one while it
-//! ramps up), exclusion of replicas a request already tried, the retry budget and
-//! `max_attempts`, and when a hedge is due. The cluster adds the connections, the metrics and
-//! the logs.
+//! The policy sits inside the [`Balancer`], which decides everything around it, the same lines
+//! the simulator runs: outlier ejection (an ejected replica is removed from the policy and
+//! inserted again when its ejection ends), slow start (a replica that joins after the cluster
+//! started is passed over, with probability `1 − factor`, for another one while it ramps up),
+//! exclusion of replicas a request already tried, the retry budget and `max_attempts`, and when
+//! a hedge is due. The cluster adds the connections, the metrics and the logs.
+//!
+//! **Timer.** [`Cluster::new`] returns, beside the cluster, its timer task as
+//! [`Background`] work for the server to spawn. It sleeps until the policy's `poll_timeout()`
+//! (idle probing, server-report polling for weighted-round-robin and yarp-p2c, sync-mode probe
+//! timeouts) or the end of an outlier ejection, whichever is first, and then calls
+//! `handle_timeout`. An event whose new deadline is earlier than the one the timer sleeps until
+//! wakes it early. The task holds only a weak reference, so it ends when its cluster is dropped
+//! (after a reload).
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
 
-use http::uri::Authority;
 use prequal_core::{
     Balancer, Completion, HedgeDecision, LoadReport, Outcome, Pick, ProbeRequest, Query, QueryId,
     ReplicaId, RetryDecision, Time,
 };
-use rand::SeedableRng;
-use rand::rngs::SmallRng;
-use tokio::sync::{Notify, Semaphore, oneshot};
+use tokio::sync::{Notify, oneshot};
+use tokio::time::Instant;
 
 mod state;
 
 pub use prequal_core::Strict;
 
-use self::state::{Core, Member, random_seed};
-use crate::config::{ClusterConfig, UpstreamProtocol};
+use self::state::State;
+pub use self::state::{Attempt, Chosen, HedgePlan};
+use crate::background::Background;
+use crate::clock::Clock;
+use crate::config::ClusterConfig;
 use crate::connector::Connector;
 use crate::metrics::{ClusterMetrics, Metrics};
+use crate::prober::{self, Outbox, ProbeOwner, Prober};
 use crate::tls::ClientTls;
 use crate::upstream::Upstream;
 
 /// Probe timeout for policies that do not name one (they never probe, so it is only a bound).
 const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_millis(100);
 
-/// `d` rounded to whole milliseconds, for people to read.
-fn round_ms(d: Duration) -> Duration {
-    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 /// The shortest sleep of the timer task, so a policy that keeps asking for "now" cannot spin it.
 const MIN_TIMER_STEP: Duration = Duration::from_micros(50);
-
-/// A probe to send, with where it goes (`None` if the replica left meanwhile).
-pub(crate) type Outbox = Vec<(ProbeRequest, Option<ProbeTarget>)>;
-
-/// The replica a probe goes to: its address and its count of probes outstanding.
-#[derive(Debug, Clone)]
-pub(crate) struct ProbeTarget {
-    pub(crate) authority: Authority,
-    /// Probes sent to the replica that have not finished yet, late ones included.
-    pub(crate) outstanding: Arc<AtomicUsize>,
-}
-
-/// The replica a try goes to.
-#[derive(Debug, Clone)]
-pub struct Chosen {
-    /// The replica.
-    pub replica: ReplicaId,
-    /// Its `host:port`.
-    pub authority: Authority,
-    /// The policy's id for this try.
-    pub query: QueryId,
-}
 
 /// One upstream cluster. See the module docs.
 #[derive(Debug)]
 pub struct Cluster {
     name: String,
     config: ClusterConfig,
-    epoch: Instant,
-    core: Mutex<Core>,
+    clock: Clock,
+    /// The balancer and what the proxy keeps per replica: the one lock an event takes.
+    state: Mutex<State>,
     /// Connection pools per data-plane worker, so a worker's requests use connections its
     /// own runtime drives (no cross-thread wake-ups on the hot path).
     upstreams: Vec<Upstream>,
-    /// The same for probes, whose pools are kept apart from requests'.
-    probe_upstreams: Vec<Upstream>,
-    pub(crate) probe_timeout: Duration,
-    pub(crate) probe_slots: Arc<Semaphore>,
-    pub(crate) wake: Arc<Notify>,
+    /// Sends the probes, over pools of its own, kept apart from requests'.
+    prober: Prober,
+    /// Wakes the timer task when a deadline comes earlier than the one it sleeps until.
+    timer: Arc<Notify>,
     pub(crate) metrics: ClusterMetrics,
     registry: Arc<Metrics>,
-    next_query: AtomicU64,
 }
 
 impl Drop for Cluster {
     fn drop(&mut self) {
         // Lets the timer task see that the cluster is gone and end.
-        self.wake.notify_one();
+        self.timer.notify_one();
     }
 }
 
 impl Cluster {
     /// Builds the cluster (the config must have been validated) with connection pools for
-    /// `workers` data-plane threads, over `tls` when given (loaded from `config.tls`), and
-    /// starts its timer task.
-    pub fn start(
+    /// `workers` data-plane threads, over `tls` when given (loaded from `config.tls`), with no
+    /// replica yet. Returns it with its timer task, for the caller to spawn.
+    pub fn new(
         name: &str,
         config: &ClusterConfig,
         tls: Option<Arc<ClientTls>>,
-        epoch: Instant,
+        clock: Clock,
         registry: &Arc<Metrics>,
         workers: usize,
-    ) -> Result<Arc<Self>, prequal_core::ConfigError> {
+    ) -> Result<(Arc<Self>, Background), prequal_core::ConfigError> {
         let policy = config.policy.build()?;
         let probe_timeout = policy.probe_timeout().unwrap_or(DEFAULT_PROBE_TIMEOUT);
         let balancer = Balancer::new(policy, &config.balancer())
             .map_err(|e| prequal_core::ConfigError::invalid("proxy", e.component, e.to_string()))?;
-        let core = Core {
-            balancer,
-            rng: SmallRng::seed_from_u64(random_seed()),
-            members: BTreeMap::new(),
-            by_addr: HashMap::new(),
-            next_id: 0,
-            waiting: HashMap::new(),
-            armed: None,
-        };
         let metrics = registry.cluster(name);
         let upstreams = |opened: &prometheus_client::metrics::counter::Counter| {
             let connector = Connector::new(config.connect_timeout, tls.clone(), opened.clone());
@@ -133,22 +105,20 @@ impl Cluster {
                 .map(|_| Upstream::new(config, connector.clone()))
                 .collect()
         };
+        let probe_upstreams = upstreams(&metrics.connections_for_probes);
         let cluster = Arc::new(Cluster {
             name: name.to_string(),
             config: config.clone(),
-            epoch,
-            core: Mutex::new(core),
+            clock,
+            state: Mutex::new(State::new(balancer)),
             upstreams: upstreams(&metrics.connections_for_requests),
-            probe_upstreams: upstreams(&metrics.connections_for_probes),
-            probe_timeout,
-            probe_slots: Arc::new(Semaphore::new(config.max_probes_in_flight)),
-            wake: Arc::new(Notify::new()),
+            prober: Prober::new(config, &metrics, probe_upstreams, probe_timeout),
+            timer: Arc::new(Notify::new()),
             metrics,
             registry: Arc::clone(registry),
-            next_query: AtomicU64::new(1),
         });
-        crate::prober::spawn_timer(&cluster);
-        Ok(cluster)
+        let timer = run_timer(Arc::downgrade(&cluster), Arc::clone(&cluster.timer));
+        Ok((cluster, Background::one(timer)))
     }
 
     /// The cluster's name.
@@ -161,37 +131,29 @@ impl Cluster {
         &self.config
     }
 
-    /// The connection pools for requests made on this thread.
-    pub(crate) fn upstream(&self) -> &Upstream {
-        &self.upstreams[crate::server::worker_index() % self.upstreams.len()]
-    }
-
-    /// The connection pools for probes sent from this thread.
-    pub(crate) fn probe_upstream(&self) -> &Upstream {
-        &self.probe_upstreams[crate::server::worker_index() % self.probe_upstreams.len()]
+    /// The connection pools for requests made on data-plane `worker`.
+    pub(crate) fn upstream(&self, worker: usize) -> &Upstream {
+        &self.upstreams[worker % self.upstreams.len()]
     }
 
     /// The HTTP version spoken to the replicas.
     pub fn version(&self) -> http::Version {
-        match self.config.protocol {
-            UpstreamProtocol::Http1 => http::Version::HTTP_11,
-            UpstreamProtocol::Http2 => http::Version::HTTP_2,
-        }
+        self.config.protocol.version()
     }
 
     /// The policy's clock: time since the proxy started.
     pub fn now(&self) -> Time {
-        Time::from_nanos(u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
+        self.clock.now()
     }
 
     /// The instant a policy [`Time`] stands for.
-    pub(crate) fn instant_of(&self, time: Time) -> Instant {
-        self.epoch + Duration::from_nanos(time.as_nanos())
+    fn instant_of(&self, time: Time) -> Instant {
+        self.clock.instant_of(time)
     }
 
-    fn lock(&self) -> MutexGuard<'_, Core> {
+    fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves plain data behind; keep serving with it.
-        self.core
+        self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -199,76 +161,34 @@ impl Cluster {
     /// Replaces the replica set with `addrs` (discovery), as insert and remove changes.
     pub fn set_members(&self, addrs: &[String]) {
         let now = self.now();
-        let mut guard = self.lock();
-        let core = &mut *guard;
-        let gone: Vec<String> = core
-            .by_addr
-            .keys()
-            .filter(|a| !addrs.contains(a))
-            .cloned()
-            .collect();
-        for addr in gone {
-            if let Some(id) = core.by_addr.remove(&addr) {
-                core.members.remove(&id);
-                for upstream in self.upstreams.iter().chain(&self.probe_upstreams) {
-                    upstream.forget(id);
-                }
+        let left = self
+            .lock()
+            .set_members(addrs, &self.registry, &self.metrics, now);
+        for id in left {
+            for upstream in &self.upstreams {
+                upstream.forget(id);
             }
+            self.prober.forget(id);
         }
-        // The replicas staying, then the new ones in the order given.
-        let mut ids: Vec<ReplicaId> = Vec::with_capacity(addrs.len());
-        for addr in addrs {
-            if let Some(&id) = core.by_addr.get(addr) {
-                if !ids.contains(&id) {
-                    ids.push(id);
-                }
-                continue;
-            }
-            let Ok(authority) = addr.parse::<Authority>() else {
-                tracing::warn!(cluster = %self.name, %addr, "ignoring replica address that is not host:port");
-                continue;
-            };
-            let id = ReplicaId(core.next_id);
-            core.next_id += 1;
-            let metrics = self.registry.replica(&self.name, addr);
-            let member = Member {
-                authority,
-                metrics,
-                probes_outstanding: Arc::default(),
-                failing: false,
-            };
-            core.members.insert(id, member);
-            core.by_addr.insert(addr.clone(), id);
-            ids.push(id);
-        }
-        // The first set is the starting one; replicas added later ramp up through slow start.
-        core.balancer.set_replicas(&ids, now);
-        self.metrics.replicas.set(core.members.len() as i64);
-        self.metrics.ejected.set(core.ejected_count());
-        drop(guard);
-        self.wake.notify_one();
+        self.timer.notify_one();
     }
 
     /// The replica addresses now known.
     pub fn member_addrs(&self) -> Vec<String> {
-        self.lock().by_addr.keys().cloned().collect()
+        self.lock().member_addrs()
     }
 
-    /// Chooses a replica for one try and tells the policy it is dispatched. `first` marks a
-    /// request's first try (it earns retry budget); `exclude` lists replicas already tried,
-    /// which `strict` says whether to fall back to when no other is left.
-    pub async fn pick(
-        self: &Arc<Self>,
-        first: bool,
-        exclude: &[ReplicaId],
-        strict: Strict,
-    ) -> Option<Chosen> {
-        let query = QueryId(self.next_query.fetch_add(1, Ordering::Relaxed));
+    /// Chooses a replica for one try and tells the policy it is dispatched, in one critical
+    /// section (two for a sync-mode policy, which decides once its probes answered); the
+    /// probes the policy asks for go from data-plane `worker`. The first try of a request
+    /// that may be hedged gets its hedge plan in the same step.
+    pub async fn pick(self: &Arc<Self>, worker: usize, attempt: Attempt<'_>) -> Option<Chosen> {
         let (decided, waiter, outbox) = {
             let now = self.now();
             let mut guard = self.lock();
             let core = &mut *guard;
-            if first {
+            let query = core.next_query();
+            if attempt.first {
                 core.balancer.on_request(now);
             }
             let pick = core.balancer.pick(
@@ -284,33 +204,51 @@ impl Cluster {
             if pick == Pick::Pending {
                 let (tx, rx) = oneshot::channel();
                 core.waiting.insert(query, tx);
-                waiter = Some(rx);
+                waiter = Some((query, rx));
             } else {
-                decided = Some(core.commit(pick, query, (exclude, strict), now));
+                decided = Some(self.dispatch(core, pick, query, &attempt, now));
             }
             let outbox = core.drain(now);
             let rearm = core.rearm();
             drop(guard);
             if rearm {
-                self.wake.notify_one();
+                self.timer.notify_one();
             }
             (decided, waiter, outbox)
         };
-        self.send_probes(outbox);
+        prober::send(self, outbox, worker);
         if let Some(decided) = decided {
             return decided;
         }
-        let pick = match waiter {
-            Some(rx) => self.wait_pending(query, rx).await,
-            None => Pick::NoReplica,
-        };
+        let (query, rx) = waiter?;
+        let pick = self.wait_pending(query, rx).await;
         let now = self.now();
-        self.lock().commit(pick, query, (exclude, strict), now)
+        self.dispatch(&mut self.lock(), pick, query, &attempt, now)
+    }
+
+    /// Turns `pick` into a dispatched try and, if `attempt` asks, plans its request's hedge.
+    fn dispatch(
+        &self,
+        core: &mut State,
+        pick: Pick,
+        query: QueryId,
+        attempt: &Attempt<'_>,
+        now: Time,
+    ) -> Option<Chosen> {
+        let mut chosen = core.commit(pick, query, (attempt.exclude, attempt.strict), now)?;
+        if attempt.plan_hedge && self.config.hedge.enabled {
+            // None without a second usable replica: a hedge must go to another one.
+            chosen.hedge = core.balancer.hedge_plan(now).map(|due| HedgePlan {
+                started: now,
+                due: self.instant_of(due),
+            });
+        }
+        Some(chosen)
     }
 
     /// Waits for a sync-mode decision, for a few probe timeouts at most.
     async fn wait_pending(&self, query: QueryId, rx: oneshot::Receiver<Pick>) -> Pick {
-        let limit = self.probe_timeout * 4 + Duration::from_millis(10);
+        let limit = self.prober.timeout() * 4 + Duration::from_millis(10);
         match tokio::time::timeout(limit, rx).await {
             Ok(Ok(pick)) => pick,
             _ => {
@@ -338,19 +276,6 @@ impl Cluster {
             RetryDecision::NoAttemptsLeft => return false,
         };
         decision.is_retry()
-    }
-
-    /// A request that may be hedged starts now: counts it for the hedge budget; returns its
-    /// start and when its hedge is due (`None`: hedging is off, the cluster has no second
-    /// usable replica, or too few tries have succeeded yet to know what is slow).
-    pub fn hedge_plan(&self) -> Option<(Time, Instant)> {
-        if !self.config.hedge.enabled {
-            return None;
-        }
-        let now = self.now();
-        // None without a second usable replica: a hedge must go to another one.
-        let due = self.lock().balancer.hedge_plan(now)?;
-        Some((now, self.instant_of(due)))
     }
 
     /// Asks, at its due time, whether the request that started at `started` and has sent
@@ -391,7 +316,8 @@ impl Cluster {
     /// prequal-core's `Balancer::loser_outcome`), the delay being the learned p95 of the time to a successful response
     /// head (as in the simulator, see prequal-core's `Hedger::loser_outcome`; learned whether
     /// or not hedging is on); one abandoned sooner, or while its body streamed, counts for
-    /// nothing but the policy's in-flight count.
+    /// nothing but the policy's in-flight count. The probes the policy then asks for go from
+    /// data-plane `worker`.
     pub fn complete(
         self: &Arc<Self>,
         replica: ReplicaId,
@@ -399,13 +325,12 @@ impl Cluster {
         (latency, answered): (Duration, Option<Duration>),
         outcome: Outcome,
         report: Option<LoadReport>,
+        worker: usize,
     ) {
         let now = self.now();
         let mut guard = self.lock();
         let core = &mut *guard;
-        if let Some(member) = core.members.get(&replica) {
-            member.metrics.tried(outcome);
-        }
+        core.count_try(replica, outcome);
         let outcome = match (outcome, answered) {
             // Abandoned before the replica answered: a timeout once it outlived the delay (and
             // twice the replica's usual time).
@@ -428,47 +353,24 @@ impl Cluster {
         if outcome != Outcome::Cancelled {
             core.note_result(replica, outcome, ejection, &self.metrics);
         }
-        self.after_event(guard, now);
+        self.after_event(guard, now, worker);
     }
 
     /// Ends an event: drains the policy's outputs, rearms the timer, releases the lock and
-    /// sends the probes asked for.
-    fn after_event(self: &Arc<Self>, mut guard: MutexGuard<'_, Core>, now: Time) {
+    /// sends the probes asked for from `worker`.
+    fn after_event(self: &Arc<Self>, mut guard: MutexGuard<'_, State>, now: Time, worker: usize) {
         let outbox = guard.drain(now);
         let rearm = guard.rearm();
         drop(guard);
         if rearm {
-            self.wake.notify_one();
+            self.timer.notify_one();
         }
-        self.send_probes(outbox);
-    }
-
-    /// A probe ended: `Some(report)` if answered, `None` if it failed.
-    pub(crate) fn probe_result(&self, probe: &ProbeRequest, report: Option<&LoadReport>) -> Outbox {
-        let now = self.now();
-        let mut guard = self.lock();
-        let core = &mut *guard;
-        match report {
-            Some(report) => {
-                self.metrics.probes_ok.inc();
-                core.balancer
-                    .on_probe_reply(probe, report, now, &mut core.rng);
-            }
-            None => {
-                self.metrics.probes_failed.inc();
-                core.balancer.on_probe_failure(probe, now);
-            }
-        }
-        let outbox = core.drain(now);
-        if core.rearm() {
-            self.wake.notify_one();
-        }
-        outbox
+        prober::send(self, outbox, worker);
     }
 
     /// The timer task's step: fires the policy's timer if due, ends ejections whose time is up,
     /// and returns the probes to send and the next deadline.
-    pub(crate) fn tick(&self) -> (Outbox, Option<Instant>) {
+    fn tick(&self) -> (Outbox, Option<Instant>) {
         let now = self.now();
         let mut guard = self.lock();
         let core = &mut *guard;
@@ -486,60 +388,64 @@ impl Cluster {
     /// budget, and the counts of requests, retries and hedges.
     pub fn view(&self) -> serde_json::Value {
         let now = self.now();
-        let core = self.lock();
-        let replicas: Vec<serde_json::Value> = core
-            .members
-            .iter()
-            .map(|(id, m)| {
-                serde_json::json!({
-                    "id": id,
-                    "address": m.authority.as_str(),
-                    "ejected": core.balancer.is_ejected(*id),
-                    "ramping": core.balancer.is_ramping(*id, now),
-                    "tries": m.metrics.counts(),
-                })
-            })
-            .collect();
-        // Ejections as an operator reads them: the replica's address, how long is left, and
-        // when that is on the wall clock.
-        let wall_now = std::time::SystemTime::now();
-        let outlier = core.balancer.outlier().map(|o| {
-            o.views(now)
-                .into_iter()
-                .map(|v| {
-                    let left = v.ejected_until.map(|t| t.saturating_since(now));
-                    serde_json::json!({
-                        "replica": v.replica,
-                        "address": core.members.get(&v.replica).map(|m| m.authority.as_str()),
-                        "consecutive_failures": v.consecutive_failures,
-                        "ejections": v.ejections,
-                        "ejected_for": left.map(|d| humantime::format_duration(round_ms(d)).to_string()),
-                        "ejected_until": left.map(|d| humantime::format_rfc3339_millis(wall_now + d).to_string()),
-                    })
-                })
-                .collect::<Vec<_>>()
-        });
-        serde_json::json!({
-            "name": self.name,
-            "policy": core.balancer.policy().name(),
-            "replicas": replicas,
-            "snapshot": core.balancer.snapshot(now),
-            "outlier": outlier,
-            "retry_budget_available": core.balancer.retry_budget().available(now),
-            "waiting_for_decision": core.waiting.len(),
-            "requests": self.metrics.requests.get(),
-            "retries": self.metrics.retries.get(),
-            "hedges": {
-                "delay_us": core.balancer.hedger().delay().map(|d| d.as_micros() as u64),
-                "sent": self.metrics.hedges.get(),
-                "won": self.metrics.hedges_won.get(),
-                "refused": self.metrics.hedges_refused.get(),
-            },
-        })
+        self.lock().view(now, &self.metrics)
     }
 
     /// Whether any replica can take traffic.
     pub fn is_ready(&self) -> bool {
         self.lock().balancer.usable_count() > 0
+    }
+}
+
+impl ProbeOwner for Cluster {
+    fn prober(&self) -> &Prober {
+        &self.prober
+    }
+
+    /// A probe ended: `Some(report)` if answered, `None` if it failed.
+    fn probe_result(&self, probe: &ProbeRequest, report: Option<&LoadReport>) -> Outbox {
+        let now = self.now();
+        let mut guard = self.lock();
+        let core = &mut *guard;
+        match report {
+            Some(report) => {
+                self.metrics.probes_ok.inc();
+                core.balancer
+                    .on_probe_reply(probe, report, now, &mut core.rng);
+            }
+            None => {
+                self.metrics.probes_failed.inc();
+                core.balancer.on_probe_failure(probe, now);
+            }
+        }
+        let outbox = core.drain(now);
+        if core.rearm() {
+            self.timer.notify_one();
+        }
+        outbox
+    }
+}
+
+/// The cluster's timer task (see the module docs). It runs where the server spawns it, on the
+/// thread that accepts: data-plane worker 0, whose probe connections its probes use.
+async fn run_timer(weak: Weak<Cluster>, wake: Arc<Notify>) {
+    loop {
+        let deadline = {
+            let Some(cluster) = weak.upgrade() else {
+                return;
+            };
+            let (outbox, deadline) = cluster.tick();
+            prober::send(&cluster, outbox, 0);
+            deadline
+        };
+        match deadline {
+            Some(at) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(at) => {}
+                    _ = wake.notified() => {}
+                }
+            }
+            None => wake.notified().await,
+        }
     }
 }

@@ -10,10 +10,9 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio_rustls::TlsAcceptor;
 
-use prequal_http::tls::{PemFile, certified_key, server_config};
+use prequal_http::tls::{PemFile, TlsError, certified_key, server_config};
 use prequal_http::watch;
 
-use super::TlsError;
 use super::config::ServerTlsConfig;
 
 /// The listener's TLS: what accepts handshakes, and the certificates it serves.

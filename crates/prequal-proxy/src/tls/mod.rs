@@ -41,4 +41,3 @@ pub use self::upstream::ClientTls;
 /// Why certificates or keys could not be loaded; the message names the config key and the
 /// file. Shared with the sidecar, whose messages name its flags instead.
 pub use prequal_http::tls::TlsError;
-pub(crate) use prequal_http::tls::{ALPN_H2, ALPN_HTTP1, provider};

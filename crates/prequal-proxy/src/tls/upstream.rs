@@ -10,11 +10,10 @@ use rustls::sign::SingleCertAndKey;
 use rustls::{ClientConfig, RootCertStore};
 use tokio_rustls::TlsConnector;
 
-use prequal_http::tls::{PemFile, certified_key};
+use prequal_http::tls::{ALPN_H2, ALPN_HTTP1, PemFile, TlsError, certified_key, provider};
 use prequal_http::watch;
 
 use super::config::UpstreamTlsConfig;
-use super::{ALPN_H2, ALPN_HTTP1, TlsError};
 use crate::config::UpstreamProtocol;
 
 /// One cluster's client-side TLS, shared by its connection pools (requests and probes, every
@@ -137,7 +136,7 @@ fn client_config(
     protocol: UpstreamProtocol,
 ) -> Result<ClientConfig, TlsError> {
     let roots = roots(prefix, config)?;
-    let builder = ClientConfig::builder_with_provider(super::provider())
+    let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError::Invalid {
             key: prefix.to_string(),
