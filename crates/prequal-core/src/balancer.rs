@@ -24,7 +24,9 @@
 //! the starting one, exempt from slow start); for each request [`Balancer::on_request`], then
 //! for each try [`Balancer::pick`] (or, for [`Pick::Pending`], [`Balancer::poll_pick`]) and
 //! [`Balancer::dispatch`], which applies ejection, exclusion and slow start to the policy's
-//! choice and tells the policy the try is dispatched; [`Balancer::on_complete`] when a try
+//! choice and tells the policy the try is dispatched (a driver that must check a connection's
+//! readiness in between calls its two halves, [`Balancer::resolve`] and
+//! [`Balancer::dispatched`]); [`Balancer::on_complete`] when a try
 //! ends, which may eject its replica; [`Balancer::try_retry`] before a retry. Probes and load
 //! reports pass through to the policy as in [`crate::policy`]. The timer is the policy's and
 //! the ejections': wake the balancer at [`Balancer::poll_timeout`] with

@@ -44,8 +44,8 @@ pub enum ConfigError {
         /// What was wrong and what is expected.
         message: String,
     },
-    /// A building block around the policy (retry budget, outlier ejection, slow start,
-    /// hedging) was configured wrongly.
+    /// A building block around the policy (the balancer's `max_attempts`, retry budget,
+    /// outlier ejection, slow start, hedging) was configured wrongly.
     #[error(transparent)]
     Block(#[from] crate::retry_budget::BlockConfigError),
 }

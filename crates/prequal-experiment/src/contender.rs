@@ -32,12 +32,11 @@ pub const NGINX_METHODS: [(&str, &str); 4] = [
 ];
 
 /// The Traefik v3 load-balancer strategies an experiment accepts, with the core policy that
-/// models each: `leasttime` (lowest response time combined with fewest requests in flight) is
-/// closest to peak EWMA.
+/// models each: `leasttime` is the core's `least-time`, the same rule.
 pub const TRAEFIK_STRATEGIES: [(&str, &str); 3] = [
     ("wrr", "round-robin"),
     ("p2c", "least-loaded-p2c"),
-    ("leasttime", "peak-ewma"),
+    ("leasttime", "least-time"),
 ];
 
 /// The default HAProxy algorithms of an experiment.
@@ -512,7 +511,7 @@ mod tests {
         assert_eq!(c.program(), Some("traefik"));
         assert_eq!(
             c.model.map(|m| m.name().to_string()),
-            Some("peak-ewma".into())
+            Some("least-time".into())
         );
     }
 

@@ -84,9 +84,17 @@ pub struct Handle {
 
 impl Handle {
     /// The policy's state now: per replica its client-local RIF, picks and whether it is
-    /// avoided; the probe pool with hot and cold replies; policy-specific values.
+    /// avoided; the probe pool with hot and cold replies; policy-specific values. Replicas the
+    /// balancer has ejected ([`Handle::ejected`]) are out of the policy, so not listed, and so
+    /// are all replicas until the first request (the balancer hears of the discovered ones
+    /// then, as its starting set).
     pub fn snapshot(&self) -> Snapshot {
         self.driver.snapshot()
+    }
+
+    /// The replicas outlier ejection has taken out of the policy for now.
+    pub fn ejected(&self) -> Vec<ReplicaId> {
+        self.driver.ejected()
     }
 
     /// The policy's config name.
@@ -254,9 +262,18 @@ where
         {
             return Poll::Ready(Some((replica, query)));
         }
-        // The policy had nothing ready to offer: any ready endpoint beats waiting.
-        let index = self.driver.random_below(self.endpoints.ready_len());
-        let chosen = self.endpoints.get_ready_index(index).map(|(id, _)| *id);
+        // The policy had nothing ready to offer: any ready endpoint beats waiting, one the
+        // balancer has not ejected if there is one.
+        let ready: Vec<ReplicaId> = (0..self.endpoints.ready_len())
+            .filter_map(|i| self.endpoints.get_ready_index(i).map(|(id, _)| *id))
+            .collect();
+        let usable: Vec<ReplicaId> = ready
+            .iter()
+            .copied()
+            .filter(|&id| !self.driver.is_ejected(id))
+            .collect();
+        let from = if usable.is_empty() { &ready } else { &usable };
+        let chosen = from.get(self.driver.random_below(from.len())).copied();
         tracing::trace!(?chosen, "random ready endpoint");
         Poll::Ready(chosen.map(|replica| (replica, query)))
     }

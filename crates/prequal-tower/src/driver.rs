@@ -76,7 +76,8 @@ struct State {
     /// Whether a request has been balanced yet.
     started: bool,
     rng: Box<dyn RngCore + Send>,
-    /// How to probe each replica the policy knows, with its count of probes out.
+    /// How to probe each replica discovered, with its count of probes out (an ejected
+    /// replica stays here; the policy does not probe it while it is out).
     probes: HashMap<ReplicaId, ReplicaProbe>,
     /// The sync-mode query the balancer waits on, its decision once made, and who to wake.
     waiting: Option<(QueryId, Option<Pick>, Option<Waker>)>,
@@ -274,6 +275,23 @@ impl Driver {
             Some(replica) => Pick::Replica(replica),
             None => Pick::NoReplica,
         }
+    }
+
+    /// Whether the balancer has ejected `replica` (it is out of the policy for a while).
+    pub(crate) fn is_ejected(&self, replica: ReplicaId) -> bool {
+        self.lock().balancer.is_ejected(replica)
+    }
+
+    /// The replicas the balancer has ejected.
+    pub(crate) fn ejected(&self) -> Vec<ReplicaId> {
+        let state = self.lock();
+        let balancer = &state.balancer;
+        balancer
+            .replicas()
+            .iter()
+            .copied()
+            .filter(|&r| balancer.is_ejected(r))
+            .collect()
     }
 
     /// A number in `0..n` from the policy's random source (for the fallback pick).

@@ -12,14 +12,14 @@ use http::StatusCode;
 use prequal_core::{BalancerConfig, ReplicaId, Snapshot};
 use prequal_tower::Builder;
 
-/// Whether the policy avoids replica `id`, or the balancer ejected it (it is then out of the
-/// policy, so out of the policy's snapshot).
-fn avoided_or_ejected(snapshot: &Snapshot, id: u32) -> bool {
-    snapshot
-        .replicas
-        .iter()
-        .find(|r| r.id == Some(ReplicaId(id)))
-        .is_none_or(|r| r.avoided)
+/// Whether the policy avoids replica `id`, or the balancer ejected it.
+fn avoided_or_ejected(snapshot: &Snapshot, ejected: &[ReplicaId], id: u32) -> bool {
+    let id = ReplicaId(id);
+    ejected.contains(&id)
+        || snapshot
+            .replicas
+            .iter()
+            .any(|r| r.id == Some(id) && r.avoided)
 }
 
 async fn a_replica_answering_errors_is_avoided(proto: Proto) {
@@ -40,8 +40,12 @@ async fn a_replica_answering_errors_is_avoided(proto: Proto) {
     assert_eq!(ok + unavailable, 200, "{answers:?}");
     assert!(unavailable > 0, "the errors reach the caller");
     let snapshot = balance.handle().snapshot();
+    let ejected = balance.handle().ejected();
     // Replica ids follow the order of insertion.
-    assert!(avoided_or_ejected(&snapshot, 2), "{snapshot:?}");
+    assert!(
+        avoided_or_ejected(&snapshot, &ejected, 2),
+        "{snapshot:?} {ejected:?}"
+    );
     let before = replicas[2].hits();
     let answers = load(&mut balance, proto, 100, 4).await;
     let failing = replicas[2].hits() - before;
@@ -74,11 +78,14 @@ async fn outlier_ejection_takes_a_failing_replica_out(proto: Proto) {
         async move {
             let before = replicas[2].hits();
             load(&mut balance, proto, 150, 1).await;
-            replicas[2].hits() - before
+            let ejected = balance.handle().ejected();
+            (replicas[2].hits() - before, ejected)
         }
     };
-    let with = failing_share(true).await;
-    let without = failing_share(false).await;
+    let (with, ejected) = failing_share(true).await;
+    let (without, none) = failing_share(false).await;
+    assert_eq!(ejected, vec![ReplicaId(2)]);
+    assert!(none.is_empty(), "{none:?}");
     // Five failures in a row eject it (outlier defaults); without ejection it keeps a third.
     assert!(
         with <= 10,
@@ -106,7 +113,11 @@ async fn an_unreachable_replica_is_avoided(proto: Proto) {
         "every request answered or failed: {answers:?}"
     );
     let snapshot = balance.handle().snapshot();
-    assert!(avoided_or_ejected(&snapshot, 2), "{snapshot:?}");
+    let ejected = balance.handle().ejected();
+    assert!(
+        avoided_or_ejected(&snapshot, &ejected, 2),
+        "{snapshot:?} {ejected:?}"
+    );
     let answers = load(&mut balance, proto, 100, 4).await;
     let errors = answers.iter().filter(|a| a.is_err()).count();
     assert!(errors <= 5, "{errors} of 100 queries failed: {answers:?}");

@@ -13,16 +13,22 @@
 //! score of zero whatever its RIF: a new replica takes every query until its first response
 //! arrives, as in Traefik.
 //!
-//! A sample is the time to the response, successful or not (Traefik measures the time to the
-//! first response byte, so a 5xx counts); a query that timed out or was abandoned gives none,
-//! since no response came. Differences from Traefik: times are kept to the nanosecond rather
-//! than truncated to whole milliseconds, and replicas carry no weights.
+//! A sample is the query's time, successful or not (Traefik measures the time to the first
+//! response byte, so a 5xx counts); a query that timed out or was abandoned gives none, since
+//! no response came. A replica that fails fast therefore looks fast, as with `peak-ewma`: the
+//! rule has no error aversion, and outlier ejection (on by default around every policy, see
+//! docs/config.md) is what keeps traffic off it. A replica that leaves and comes back (an
+//! ejection ending) keeps its samples, as a Traefik server keeps them across health changes.
+//! Differences from Traefik: the driver's time is the whole query (in the proxy and the tower
+//! balancer, to the end of the response body), not the first byte; a refused connection is an
+//! error with its short time, where Traefik sees no byte and records nothing; times are kept
+//! to the nanosecond rather than truncated to whole milliseconds; replicas carry no weights.
 //!
 //! The mean forgets by count, not by time: a replica that was shunned after a slow spell keeps
 //! its slow mean until queries reach it again, which only its score's RIF factor allows (the
 //! other replicas' scores rise with their load until it is the lowest).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
@@ -31,7 +37,7 @@ use crate::config::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
 use crate::policies::least_loaded::LocalLoad;
 use crate::policy::{Completion, Outcome, Pick, Policy, Query, QueryId, Snapshot};
 use crate::replica::{ReplicaChange, ReplicaId, Replicas};
-use crate::time::Time;
+use crate::time::{Time, duration_nanos};
 
 /// `least-time` parameters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -77,22 +83,23 @@ impl BuildPolicy for Config {
     }
 }
 
-/// The latest response times of one replica and their running sum.
+/// The latest response times of one replica, in nanoseconds, and their exact running sum (so
+/// equal histories give equal means, and ties are exact).
 #[derive(Clone, Debug, Default)]
 struct Window {
-    samples: VecDeque<f64>,
-    sum: f64,
+    samples: VecDeque<u64>,
+    sum: u128,
 }
 
 impl Window {
-    fn push(&mut self, secs: f64, capacity: usize) {
+    fn push(&mut self, nanos: u64, capacity: usize) {
         if self.samples.len() == capacity
             && let Some(old) = self.samples.pop_front()
         {
-            self.sum -= old;
+            self.sum -= u128::from(old);
         }
-        self.samples.push_back(secs);
-        self.sum += secs;
+        self.samples.push_back(nanos);
+        self.sum += u128::from(nanos);
     }
 
     /// The mean in seconds; zero before the first sample.
@@ -100,7 +107,7 @@ impl Window {
         if self.samples.is_empty() {
             0.0
         } else {
-            (self.sum / self.samples.len() as f64).max(0.0)
+            self.sum as f64 / self.samples.len() as f64 / 1e9
         }
     }
 }
@@ -119,6 +126,8 @@ struct ReplicaState {
 pub struct LeastTime {
     window: usize,
     replicas: Replicas<ReplicaState>,
+    /// The samples of replicas that left, given back if they return.
+    departed: HashMap<ReplicaId, Window>,
     /// The latest turn handed out; a picked or new replica goes after it.
     last_deadline: u64,
 }
@@ -129,6 +138,7 @@ impl LeastTime {
         Self {
             window: config.window.max(1) as usize,
             replicas: Replicas::new(),
+            departed: HashMap::new(),
             last_deadline: 0,
         }
     }
@@ -149,14 +159,24 @@ impl Policy for LeastTime {
     }
 
     fn on_replica_change(&mut self, change: ReplicaChange, _now: Time) {
-        let deadline = self.last_deadline + 1;
-        if self.replicas.apply(change, || ReplicaState {
-            times: Window::default(),
-            load: LocalLoad::default(),
-            deadline,
-        }) && matches!(change, ReplicaChange::Insert(_))
-        {
-            self.last_deadline = deadline;
+        match change {
+            ReplicaChange::Insert(id) => {
+                let deadline = self.last_deadline + 1;
+                let times = self.departed.remove(&id).unwrap_or_default();
+                let state = ReplicaState {
+                    times,
+                    load: LocalLoad::default(),
+                    deadline,
+                };
+                if self.replicas.insert(id, state) {
+                    self.last_deadline = deadline;
+                }
+            }
+            ReplicaChange::Remove(id) => {
+                if let Some(state) = self.replicas.remove(id) {
+                    self.departed.insert(id, state.times);
+                }
+            }
         }
     }
 
@@ -195,7 +215,7 @@ impl Policy for LeastTime {
         if let Some(state) = self.replicas.get_mut(replica) {
             state.load.completed();
             if matches!(completion.outcome, Outcome::Success | Outcome::Error) {
-                state.times.push(completion.latency.as_secs_f64(), window);
+                state.times.push(duration_nanos(completion.latency), window);
             }
         }
     }
@@ -222,7 +242,9 @@ mod tests {
 
     fn mean_of(samples: &[Duration], window: usize) -> f64 {
         let mut w = Window::default();
-        samples.iter().for_each(|s| w.push(s.as_secs_f64(), window));
+        samples
+            .iter()
+            .for_each(|s| w.push(duration_nanos(*s), window));
         w.mean()
     }
 
@@ -297,6 +319,41 @@ mod tests {
         let mut p = policy(3);
         let picks: Vec<u32> = (0..6).map(|_| pick(&mut p)).collect();
         assert_eq!(picks, vec![0, 1, 2, 0, 1, 2]);
+    }
+
+    #[test]
+    fn the_policy_forgets_samples_beyond_its_window() {
+        let mut p = LeastTime::new(&Config { window: 2 });
+        p.on_replica_change(ReplicaChange::Insert(ReplicaId(0)), Time::ZERO);
+        for ms in [100, 10, 20] {
+            finish(&mut p, 0, ms, Outcome::Success);
+        }
+        assert!((p.score(ReplicaId(0)).unwrap() - 0.015).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_replica_that_returns_keeps_its_samples() {
+        let mut p = policy(2);
+        finish(&mut p, 0, 10, Outcome::Success);
+        finish(&mut p, 1, 50, Outcome::Success);
+        p.on_replica_change(ReplicaChange::Remove(ReplicaId(1)), Time::ZERO);
+        assert_eq!(p.score(ReplicaId(1)), None);
+        p.on_replica_change(ReplicaChange::Insert(ReplicaId(1)), Time::ZERO);
+        // Not a fresh replica with a score of zero: its slow mean is still there.
+        assert!((p.score(ReplicaId(1)).unwrap() - 0.050).abs() < 1e-12);
+        assert_eq!(pick(&mut p), 0);
+    }
+
+    #[test]
+    fn equal_nonzero_scores_take_turns_and_a_newcomer_goes_first() {
+        let mut p = policy(2);
+        finish(&mut p, 0, 10, Outcome::Success);
+        finish(&mut p, 1, 10, Outcome::Success);
+        let picks: Vec<u32> = (0..4).map(|_| pick(&mut p)).collect();
+        assert_eq!(picks, vec![0, 1, 0, 1]);
+        // A replica with no samples scores zero: it takes the next query.
+        p.on_replica_change(ReplicaChange::Insert(ReplicaId(5)), Time::ZERO);
+        assert_eq!(pick(&mut p), 5);
     }
 
     #[test]

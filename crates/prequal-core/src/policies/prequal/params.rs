@@ -169,9 +169,10 @@ impl ProbingParams {
                 policy,
                 "remove_rate",
                 format!(
-                    "must be below probe_rate ({} >= {}): with no more probes than removals per \
-                     query the pool drains and picks fall back to random; lower remove_rate \
-                     (the paper uses 0.25 with probe rates below 1) or raise probe_rate",
+                    "must be below probe_rate (remove_rate {} >= probe_rate {}; remove_rate \
+                     defaults to 1): with no more probes than removals per query the pool \
+                     drains and picks fall back to random; lower remove_rate (0.25 in \
+                     scenarios/probe-rate.toml) or raise probe_rate",
                     self.remove_rate, self.probe_rate
                 ),
             ));
