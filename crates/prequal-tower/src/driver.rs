@@ -446,3 +446,51 @@ impl Driver {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prequal_core::{BalancerConfig, PolicyConfig};
+    use rand::SeedableRng;
+    use rand::rngs::SmallRng;
+
+    fn driver() -> Arc<Driver> {
+        let policy = PolicyConfig::from_name("round-robin")
+            .and_then(|p| p.build())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let balancer =
+            Balancer::new(policy, &BalancerConfig::default()).unwrap_or_else(|e| panic!("{e}"));
+        let limits = ProbeLimits {
+            per_replica: 1,
+            in_flight: 1,
+        };
+        Arc::new(Driver::new(
+            balancer,
+            Box::new(SmallRng::seed_from_u64(1)),
+            limits,
+        ))
+    }
+
+    fn never_probed() -> SendProbe {
+        Box::new(|_| Box::pin(async { Err("not probed".into()) }))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn replicas_discovered_before_the_first_request_do_not_ramp() {
+        let driver = driver();
+        driver.insert(ReplicaId(0), never_probed());
+        driver.insert(ReplicaId(1), never_probed());
+        // The balancer hears of the starting set at the first request.
+        assert!(driver.snapshot().replicas.is_empty());
+        assert!(matches!(driver.pick(QueryId(0)), Pick::Replica(_)));
+        driver.insert(ReplicaId(2), never_probed());
+        let now = driver.now();
+        let state = driver.lock();
+        assert!(!state.balancer.is_ramping(ReplicaId(0), now));
+        assert!(!state.balancer.is_ramping(ReplicaId(1), now));
+        assert!(
+            state.balancer.is_ramping(ReplicaId(2), now),
+            "a later one ramps"
+        );
+    }
+}
