@@ -89,6 +89,9 @@ impl BuildPolicy for Config {
 struct Window {
     samples: VecDeque<u64>,
     sum: u128,
+    /// The mean in seconds, kept current so that a pick, which reads every replica's, does
+    /// not divide.
+    mean: f64,
 }
 
 impl Window {
@@ -100,15 +103,12 @@ impl Window {
         }
         self.samples.push_back(nanos);
         self.sum += u128::from(nanos);
+        self.mean = self.sum as f64 / self.samples.len() as f64 / 1e9;
     }
 
     /// The mean in seconds; zero before the first sample.
     fn mean(&self) -> f64 {
-        if self.samples.is_empty() {
-            0.0
-        } else {
-            self.sum as f64 / self.samples.len() as f64 / 1e9
-        }
+        self.mean
     }
 }
 
