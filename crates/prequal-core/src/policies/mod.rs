@@ -9,6 +9,7 @@ pub mod least_loaded;
 pub mod least_loaded_p2c;
 pub mod least_time;
 pub mod linear;
+pub mod local;
 pub mod peak_ewma;
 pub mod prequal;
 pub mod random;
