@@ -12,6 +12,7 @@ pub mod linear;
 pub mod local;
 pub mod peak_ewma;
 pub mod prequal;
+pub mod probing;
 pub mod random;
 pub mod round_robin;
 pub mod weighted_round_robin;
