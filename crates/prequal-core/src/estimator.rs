@@ -75,8 +75,9 @@
 //! The files follow these concepts: `config.rs` (the settings, their defaults and validation),
 //! `buckets.rs` (the per-RIF rings and the RIF-to-bucket map), `runs.rs` (the samples one
 //! estimate gathers), `latency.rs` ([`LatencyEstimator`]), `memo.rs` (its remembered estimates),
-//! `median.rs`, `in_flight.rs` (the ages of the queries in flight), `window.rs` (the rate
-//! windows) and `tracker.rs` ([`LoadTracker`]).
+//! `median.rs`, `in_flight.rs` (the ages of the queries in flight) and `tracker.rs`
+//! ([`LoadTracker`], whose rates are counted in the crate's one sliding window,
+//! `sliding_window.rs`).
 //!
 //! Everything here is single-threaded and takes `now` as an argument, like the rest of the core;
 //! a server shares a tracker between threads behind a lock (each operation is short).
@@ -102,7 +103,6 @@ mod median;
 mod memo;
 mod runs;
 mod tracker;
-mod window;
 
 #[cfg(test)]
 mod tests;

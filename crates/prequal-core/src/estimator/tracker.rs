@@ -4,13 +4,13 @@
 use std::time::Duration;
 
 use crate::policy::{LoadReport, Outcome};
+use crate::sliding_window::SlidingWindow;
 use crate::time::Time;
 
 use super::config::EstimatorConfig;
 use super::in_flight::InFlightAges;
 use super::latency::LatencyEstimator;
 use super::memo::Estimate;
-use super::window::WindowedCounter;
 
 /// What a query's arrival left behind, handed back at its finish.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,8 +27,8 @@ pub struct Arrival {
 pub struct LoadTracker {
     pub(super) rif: u32,
     pub(super) estimator: LatencyEstimator,
-    pub(super) completions: WindowedCounter,
-    pub(super) errors: WindowedCounter,
+    /// Counts `(completions, errors)` over the rate window.
+    pub(super) rates: SlidingWindow,
     /// Queries in flight by arrival time, for the age of the oldest.
     pub(super) in_flight: InFlightAges,
     /// The latest arrival time among the queries that have finished: a query in flight that
@@ -64,8 +64,7 @@ impl LoadTracker {
         Self {
             rif: 0,
             estimator: LatencyEstimator::new(config),
-            completions: WindowedCounter::new(config.rate_window),
-            errors: WindowedCounter::new(config.rate_window),
+            rates: SlidingWindow::new(config.rate_window),
             in_flight: InFlightAges::default(),
             last_finished_arrival: None,
             abandoned_stall: None,
@@ -106,10 +105,7 @@ impl LoadTracker {
             let latency = now.saturating_since(arrival.at);
             self.estimator.record(arrival.rif, latency, now);
         }
-        self.completions.add(now, 1);
-        if outcome.is_failure() {
-            self.errors.add(now, 1);
-        }
+        self.rates.add(now, 1, u64::from(outcome.is_failure()));
     }
 
     /// The query that `arrival` describes left at `now` without a response (its client went
@@ -238,9 +234,8 @@ impl LoadTracker {
     /// may keep RIF in an atomic outside the lock that guards this tracker, and only feed
     /// finishes here.
     pub fn report_at_rif(&self, rif: u32, now: Time) -> LoadReport {
-        let completed = self.completions.sum(now);
-        let failed = self.errors.sum(now);
-        let span = self.completions.span(now);
+        let (completed, failed) = self.rates.sum_window(now);
+        let span = self.rates.span(now);
         let span = match self.first_seen {
             Some(first) => span.min(now.saturating_since(first)),
             None => span,
