@@ -42,6 +42,7 @@ pub mod replica;
 pub mod retry_budget;
 pub mod rounding;
 mod sampling;
+mod sliding_window;
 pub mod slow_start;
 pub mod time;
 

@@ -31,7 +31,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::policy::Outcome;
 use crate::replica::{ReplicaId, Replicas};
-use crate::retry_budget::{BlockConfigError, SlidingWindow};
+use crate::retry_budget::BlockConfigError;
+use crate::sliding_window::SlidingWindow;
 use crate::time::Time;
 
 /// Outlier ejection parameters.

@@ -35,10 +35,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::time::{Time, duration_nanos};
+use crate::sliding_window::SlidingWindow;
+use crate::time::Time;
 
-/// How many buckets the window is divided into.
-pub const BUCKETS: usize = 10;
+pub use crate::sliding_window::BUCKETS;
 
 /// Why a building block's configuration was rejected.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -102,78 +102,6 @@ impl RetryBudgetConfig {
     }
 }
 
-/// Two counters per bucket over a sliding window of `BUCKETS` buckets, plus one extra bucket so
-/// that the span ending now can always be covered in full. Reads are pure: a bucket whose epoch
-/// is outside the span asked for is simply skipped.
-///
-/// The newest bucket is kept inline and the older ones behind a pointer: a count goes to the
-/// newest bucket almost always, so a balancer that keeps one window per replica (outlier
-/// ejection) touches one small record per result instead of a 300-byte one, which matters when
-/// a simulation holds thousands of them.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct SlidingWindow {
-    width_nanos: u64,
-    /// The newest bucket, `(epoch, a, b)`; epoch = time / width. Its epoch is the latest seen,
-    /// so a clock going backwards never resurrects old counts.
-    newest: (u64, u64, u64),
-    /// Older buckets, each at `epoch % (BUCKETS + 1)`; never one as new as `newest`.
-    older: Box<[(u64, u64, u64); BUCKETS + 1]>,
-}
-
-/// An empty bucket.
-const EMPTY: (u64, u64, u64) = (u64::MAX, 0, 0);
-
-impl SlidingWindow {
-    pub(crate) fn new(window: Duration) -> Self {
-        let width_nanos = (duration_nanos(window) / BUCKETS as u64).max(1);
-        Self {
-            width_nanos,
-            newest: (0, 0, 0),
-            older: Box::new([EMPTY; BUCKETS + 1]),
-        }
-    }
-
-    fn epoch(&self, now: Time) -> u64 {
-        (now.as_nanos() / self.width_nanos).max(self.newest.0)
-    }
-
-    /// Adds to the current bucket.
-    pub(crate) fn add(&mut self, now: Time, a: u64, b: u64) {
-        let epoch = self.epoch(now);
-        if self.newest.0 != epoch {
-            let retired = self.newest;
-            if retired.1 != 0 || retired.2 != 0 {
-                self.older[(retired.0 % (BUCKETS as u64 + 1)) as usize] = retired;
-            }
-            self.newest = (epoch, 0, 0);
-        }
-        self.newest.1 = self.newest.1.saturating_add(a);
-        self.newest.2 = self.newest.2.saturating_add(b);
-    }
-
-    /// Sums over the last `buckets` buckets including the current one (at most `BUCKETS + 1`).
-    pub(crate) fn sum(&self, now: Time, buckets: u64) -> (u64, u64) {
-        let epoch = self.epoch(now);
-        let oldest = epoch.saturating_sub(buckets.saturating_sub(1));
-        self.older
-            .iter()
-            .chain(std::iter::once(&self.newest))
-            .filter(|s| s.0 != u64::MAX && s.0 >= oldest && s.0 <= epoch)
-            .fold((0, 0), |(a, b), s| (a + s.1, b + s.2))
-    }
-
-    /// Sums over the whole window (the `BUCKETS` most recent buckets).
-    pub(crate) fn sum_window(&self, now: Time) -> (u64, u64) {
-        self.sum(now, BUCKETS as u64)
-    }
-
-    /// Forgets everything (the clock's latest reading stays).
-    pub(crate) fn clear(&mut self) {
-        self.newest = (self.newest.0, 0, 0);
-        *self.older = [EMPTY; BUCKETS + 1];
-    }
-}
-
 /// A retry budget. See the module docs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RetryBudget {
@@ -227,6 +155,7 @@ impl RetryBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::time::duration_nanos;
     use proptest::prelude::*;
 
     fn budget(ratio: f64, min_per_second: f64, window_s: u64) -> RetryBudget {

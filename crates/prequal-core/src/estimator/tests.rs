@@ -1,6 +1,13 @@
 //! Unit tests of the latency estimator and the load tracker.
 
+use std::time::Duration;
+
+use super::buckets::*;
+use super::latency::*;
+use super::memo::*;
 use super::*;
+use crate::policy::{LoadReport, Outcome};
+use crate::time::Time;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)

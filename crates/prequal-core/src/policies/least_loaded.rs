@@ -19,7 +19,8 @@ use rand::{Rng, RngCore};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{BuildPolicy, ConfigError, PolicyInfo};
-use crate::policy::{Completion, Pick, Policy, Query, QueryId, ReplicaView, Snapshot};
+use crate::policies::local::LocalLoad;
+use crate::policy::{Completion, Pick, Policy, Query, QueryId, Snapshot};
 use crate::replica::{ReplicaChange, ReplicaId, Replicas};
 use crate::time::Time;
 
@@ -44,40 +45,6 @@ impl BuildPolicy for Config {
 
     fn build(&self) -> Box<dyn Policy> {
         Box::new(LeastLoaded::default())
-    }
-}
-
-/// Client-local load of one replica, shared by the policies that count requests in flight.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LocalLoad {
-    /// Queries dispatched and not yet completed.
-    pub rif: u32,
-    /// Queries this client sent to the replica.
-    pub picks: u64,
-}
-
-impl LocalLoad {
-    /// A query was dispatched to the replica.
-    pub fn dispatched(&mut self) {
-        self.rif = self.rif.saturating_add(1);
-        self.picks = self.picks.saturating_add(1);
-    }
-
-    /// A query sent to the replica completed. A completion without a matching dispatch (a
-    /// driver bug, or a replica removed and re-added meanwhile) cannot take the count below 0.
-    pub fn completed(&mut self) {
-        self.rif = self.rif.saturating_sub(1);
-    }
-
-    /// The replica's row in a [`Snapshot`].
-    pub fn view(&self, id: ReplicaId, score: Option<f64>) -> ReplicaView {
-        ReplicaView {
-            id: Some(id),
-            local_rif: self.rif,
-            score,
-            picks: self.picks,
-            avoided: false,
-        }
     }
 }
 

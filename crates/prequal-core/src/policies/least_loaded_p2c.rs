@@ -15,10 +15,9 @@ use rand::RngCore;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
-use crate::policies::least_loaded::LocalLoad;
+use crate::policies::local::{LocalLoad, best_of_draws};
 use crate::policy::{Completion, Pick, Policy, Query, QueryId, Snapshot};
 use crate::replica::{ReplicaChange, ReplicaId, Replicas};
-use crate::sampling::for_each_distinct;
 use crate::time::Time;
 
 /// `least-loaded-p2c` parameters.
@@ -81,28 +80,6 @@ impl LeastLoadedP2c {
     }
 }
 
-/// Draws `d` distinct positions out of `n` (all of them when `d >= n`), in random order, and
-/// returns the first one with the smallest `key`. Shared with `yarp-p2c` and `peak-ewma`.
-pub(crate) fn best_of_draws<K: PartialOrd>(
-    n: usize,
-    d: usize,
-    rng: &mut dyn RngCore,
-    mut key: impl FnMut(usize) -> K,
-) -> Option<usize> {
-    if n == 0 {
-        return None;
-    }
-    let mut best: Option<(usize, K)> = None;
-    for_each_distinct(rng, n, d.min(n), |i| {
-        let k = key(i);
-        // Strictly better replaces, so ties keep the earlier (random) draw.
-        if best.as_ref().is_none_or(|(_, b)| k < *b) {
-            best = Some((i, k));
-        }
-    });
-    best.map(|(i, _)| i)
-}
-
 impl Policy for LeastLoadedP2c {
     fn name(&self) -> &'static str {
         Config::INFO.name
@@ -153,30 +130,6 @@ impl Policy for LeastLoadedP2c {
 mod tests {
     use super::*;
     use crate::testing::{rng, with_replicas};
-    use proptest::prelude::*;
-    use std::collections::BTreeSet;
-
-    proptest! {
-        /// The draws are distinct, and the chosen one is never worse than any other draw.
-        #[test]
-        fn never_picks_the_worse_of_distinct_draws(
-            keys in prop::collection::vec(0u32..5, 1..20),
-            d in 1usize..6,
-            seed in any::<u64>(),
-        ) {
-            let mut drawn = Vec::new();
-            let best = best_of_draws(keys.len(), d, &mut rng(seed), |i| {
-                drawn.push(i);
-                keys[i]
-            });
-            let best = best.unwrap();
-            let unique: BTreeSet<usize> = drawn.iter().copied().collect();
-            prop_assert_eq!(unique.len(), drawn.len());
-            prop_assert_eq!(drawn.len(), d.min(keys.len()));
-            prop_assert!(drawn.contains(&best));
-            prop_assert!(drawn.iter().all(|&i| keys[best] <= keys[i]));
-        }
-    }
 
     #[test]
     fn steers_away_from_a_loaded_replica_and_repeats_with_the_seed() {

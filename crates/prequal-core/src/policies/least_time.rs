@@ -34,7 +34,7 @@ use rand::RngCore;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
-use crate::policies::least_loaded::LocalLoad;
+use crate::policies::local::LocalLoad;
 use crate::policy::{Completion, Outcome, Pick, Policy, Query, QueryId, Snapshot};
 use crate::replica::{ReplicaChange, ReplicaId, Replicas};
 use crate::time::{Time, duration_nanos};

@@ -23,10 +23,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::prequal::aversion::{Aversion, ReplicaLoad};
-use super::prequal::params;
-use super::prequal::pool::Entry;
-use super::prequal::probing::{AsyncProbing, ProbingParams, Rank, RankKey, Rule};
+use super::probing::aversion::{Aversion, ReplicaLoad};
+use super::probing::params;
+use super::probing::{AsyncProbing, Entry, ProbingParams, Rank, RankKey, Rule};
 use crate::config::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
 use crate::policy::{LoadReport, Policy};
 use crate::replica::ReplicaId;

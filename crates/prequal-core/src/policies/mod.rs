@@ -1,6 +1,10 @@
-//! Every balancing policy, one module each (one folder for Prequal).
+//! Every balancing policy, one module each (one folder for Prequal), and the two modules they
+//! share: [`probing`] (the asynchronous probing engine, pool, error aversion and probing
+//! parameters behind `prequal`, `linear` and `c3`) and [`local`] (client-local load, the best of
+//! d random draws, a polling schedule). A policy module depends on those, never on a sibling
+//! policy.
 //!
-//! Each module exports a `Config` (serde, with documented defaults, implementing
+//! Each policy module exports a `Config` (serde, with documented defaults, implementing
 //! [`crate::config::BuildPolicy`]) and the policy type it builds. The policies are listed, with
 //! their signal and rule, in docs/policies.md and by `prequal policies`.
 
@@ -9,8 +13,10 @@ pub mod least_loaded;
 pub mod least_loaded_p2c;
 pub mod least_time;
 pub mod linear;
+pub mod local;
 pub mod peak_ewma;
 pub mod prequal;
+pub mod probing;
 pub mod random;
 pub mod round_robin;
 pub mod weighted_round_robin;

@@ -30,8 +30,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
 use crate::ewma::PeakEwma;
-use crate::policies::least_loaded::LocalLoad;
-use crate::policies::least_loaded_p2c::best_of_draws;
+use crate::policies::local::LocalLoad;
+use crate::policies::local::best_of_draws;
 use crate::policy::{Completion, Outcome, Pick, Policy, Query, QueryId, Snapshot};
 use crate::replica::{ReplicaChange, ReplicaId, Replicas};
 use crate::time::Time;

@@ -37,8 +37,8 @@ use rand::{Rng, RngCore};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
-use crate::policies::least_loaded::LocalLoad;
-use crate::policies::yarp_p2c::{Poller, next_on_grid};
+use crate::policies::local::LocalLoad;
+use crate::policies::local::{Poller, next_on_grid};
 use crate::policy::{
     Completion, LoadReport, Pick, Policy, ProbeId, ProbeRequest, Query, QueryId, Snapshot,
 };

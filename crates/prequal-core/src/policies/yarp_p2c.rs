@@ -20,20 +20,19 @@
 //! replicas without reports. Reports piggybacked on responses ([`Policy::on_load_report`]) count
 //! like poll replies.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
-use crate::policies::least_loaded::LocalLoad;
-use crate::policies::least_loaded_p2c::best_of_draws;
+use crate::policies::local::LocalLoad;
+use crate::policies::local::{Poller, best_of_draws};
 use crate::policy::{
     Completion, LoadReport, Pick, Policy, ProbeId, ProbeRequest, Query, QueryId, Snapshot,
 };
 use crate::replica::{ReplicaChange, ReplicaId, Replicas};
-use crate::time::{Time, duration_nanos};
+use crate::time::Time;
 
 /// `yarp-p2c` parameters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -90,94 +89,6 @@ struct ReplicaState {
     /// The newest poll sent, so a late reply to an older one cannot overwrite a newer report.
     last_probe: Option<ProbeId>,
     load: LocalLoad,
-}
-
-/// A fixed-interval polling schedule and its queue of probes (shared with
-/// `weighted-round-robin`). Rounds stay on the grid of the first one; a driver that wakes late
-/// gets one round, not one per interval missed.
-#[derive(Debug)]
-pub(crate) struct Poller {
-    interval: Duration,
-    /// When the next round is due; `None` while there is nothing to poll.
-    next_round: Option<Time>,
-    outbox: VecDeque<ProbeRequest>,
-    next_id: u64,
-}
-
-impl Poller {
-    pub(crate) fn new(interval: Duration) -> Self {
-        Self {
-            interval,
-            next_round: None,
-            outbox: VecDeque::new(),
-            next_id: 0,
-        }
-    }
-
-    pub(crate) fn interval(&self) -> Duration {
-        self.interval
-    }
-
-    pub(crate) fn next_round(&self) -> Option<Time> {
-        self.next_round
-    }
-
-    /// Starts the schedule, first round one interval after `now`, unless it is running.
-    pub(crate) fn start(&mut self, now: Time) {
-        self.next_round.get_or_insert(now + self.interval);
-    }
-
-    /// Stops the schedule (no replicas left).
-    pub(crate) fn stop(&mut self) {
-        self.next_round = None;
-        self.outbox.clear();
-    }
-
-    /// True, and the schedule moves to the next grid point after `now`, if a round is due.
-    pub(crate) fn take_due_round(&mut self, now: Time) -> bool {
-        let Some(due) = self.next_round.filter(|due| *due <= now) else {
-            return false;
-        };
-        self.next_round = Some(next_on_grid(due, self.interval, now));
-        true
-    }
-
-    /// Queues a probe to `replica` and returns its id.
-    pub(crate) fn queue(&mut self, replica: ReplicaId) -> ProbeId {
-        let id = ProbeId(self.next_id);
-        self.next_id += 1;
-        self.outbox.push_back(ProbeRequest {
-            id,
-            replica,
-            query: None,
-            hint: None,
-        });
-        id
-    }
-
-    /// Drops the queued probes to a replica that left.
-    pub(crate) fn cancel(&mut self, replica: ReplicaId) {
-        self.outbox.retain(|p| p.replica != replica);
-    }
-
-    pub(crate) fn pop(&mut self) -> Option<ProbeRequest> {
-        self.outbox.pop_front()
-    }
-
-    pub(crate) fn queued(&self) -> usize {
-        self.outbox.len()
-    }
-}
-
-/// The first time on the grid `due + k·period` (k >= 1) that is after `now`, so a periodic
-/// task that woke late runs once and keeps its phase.
-pub(crate) fn next_on_grid(due: Time, period: Duration, now: Time) -> Time {
-    let step = duration_nanos(period).max(1);
-    let missed = now.as_nanos().saturating_sub(due.as_nanos()) / step;
-    Time::from_nanos(
-        due.as_nanos()
-            .saturating_add(step.saturating_mul(missed + 1)),
-    )
 }
 
 /// Power of two choices on polled server RIF. See the module docs.
@@ -429,9 +340,6 @@ mod tests {
     #[test]
     fn a_late_wake_up_runs_one_round_and_keeps_the_phase() {
         let ms = Time::from_millis;
-        let period = Duration::from_millis(500);
-        assert_eq!(next_on_grid(ms(500), period, ms(500)), ms(1_000));
-        assert_eq!(next_on_grid(ms(500), period, ms(1_700)), ms(2_000));
         let mut p = policy(2);
         drain(&mut p, Time::ZERO);
         p.handle_timeout(ms(1_700), &mut rng(0));

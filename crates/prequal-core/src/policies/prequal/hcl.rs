@@ -26,9 +26,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::aversion::ReplicaLoad;
-use super::pool::{Entry, Pool};
-use super::probing::{Rank, Rule};
+use crate::policies::probing::aversion::ReplicaLoad;
+use crate::policies::probing::{Entry, Pool, Rank, Rule};
 use crate::policy::LoadReport;
 use crate::replica::{ReplicaChange, ReplicaId};
 use crate::time::{Time, duration_nanos};

@@ -13,9 +13,9 @@
 //!   `max_age` (1 s). Our addition, off by default: `pool_share` below 1 caps the pool at that
 //!   share of the replicas (rounded up, at least 2), so that in a small cluster clients keep
 //!   choosing among a changing subset instead of all piling onto the one lowest-latency replica
-//!   ([`params::pool_capacity`]). Each reply may be used b_reuse = max{1, (1+δ)/((1 − m/n)·r_probe −
-//!   r_remove)} times (δ = `delta`, default 1; randomly rounded per reply; capped at m, which is
-//!   also the value when the denominator is ≤ 0, see [`probing::b_reuse`]). Using a reply adds
+//!   ([`params::pool_capacity`]). Each reply may be used b_reuse = max{1, (1+δ)/((1 − m/n)·r_probe
+//!   − r_remove)} times (δ = `delta`, default 1; randomly rounded per reply; capped at m, which
+//!   is also the value when the denominator is ≤ 0, see [`params::b_reuse`]). Using a reply adds
 //!   one to its RIF, accounting for the query this client just sent there.
 //! - **Removal.** `remove_rate` (r_remove, default 1) replies per query, alternating between the
 //!   oldest and the worst (the highest RIF among hot replies if any is hot, else the highest
@@ -28,10 +28,11 @@
 //!   equally fast and the lowest RIF among them wins. See [`hcl`].
 //! - **Error aversion.** Replies from replicas whose recent error share exceeds
 //!   `error_threshold` rank after all others, so a replica that fails fast cannot sinkhole
-//!   traffic. See [`aversion`].
+//!   traffic. See [`aversion`](super::probing::aversion).
 //!
-//! The engine ([`probing::AsyncProbing`]) is shared with `linear` and `c3`, which replace only
-//! the ranking rule. Sync mode, with no pool, is [`sync`] (`prequal-sync`).
+//! The engine ([`AsyncProbing`], with the pool, error aversion and the shared parameters in
+//! [`probing`](super::probing)) is shared with `linear` and `c3`, which replace only the ranking
+//! rule. Sync mode, with no pool, is [`sync`] (`prequal-sync`).
 //!
 //! ```
 //! use prequal_core::{BuildPolicy, LoadReport, Pick, Query, QueryId, ReplicaChange, ReplicaId, Time};
@@ -61,11 +62,7 @@
 //! assert_eq!(snapshot.pool.len(), 3);
 //! ```
 
-pub mod aversion;
 pub mod hcl;
-pub mod params;
-pub mod pool;
-pub mod probing;
 pub mod sync;
 
 #[cfg(test)]
@@ -80,10 +77,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{BuildPolicy, ConfigError, PolicyInfo};
+use crate::policies::probing::{AsyncProbing, ProbingParams, aversion::Aversion, params};
 use crate::policy::Policy;
-use aversion::Aversion;
 use hcl::Hcl;
-use probing::{AsyncProbing, ProbingParams};
 
 /// The `prequal` policy: async probing with the HCL rule.
 pub type Prequal = AsyncProbing<Hcl>;

@@ -19,11 +19,11 @@ use std::time::Duration;
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 
-use super::aversion::{Aversion, ReplicaLoad, random_replica};
 use super::hcl::{RifHistory, hcl_rank};
-use super::params;
-use super::probing::{Rank, order_with_aversion, validate_aversion};
 use crate::config::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
+use crate::policies::probing::aversion::{Aversion, ReplicaLoad, random_replica};
+use crate::policies::probing::params;
+use crate::policies::probing::{Rank, order_with_aversion, validate_aversion};
 use crate::policy::{
     Completion, LoadReport, Pick, Policy, ProbeId, ProbeRequest, Query, QueryId, ReplicaView,
     Snapshot,

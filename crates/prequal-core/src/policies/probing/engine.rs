@@ -21,8 +21,8 @@ use std::time::Duration;
 use rand::{Rng, RngCore};
 
 use super::aversion::{ReplicaLoad, random_replica};
-pub use super::params::{ProbingParams, b_reuse, pool_capacity, validate_aversion};
-pub use super::pool::{Entry, Pool};
+use super::params::{ProbingParams, b_reuse, pool_capacity};
+use super::pool::{Entry, Pool};
 use crate::policy::{
     Completion, LoadReport, Pick, Policy, PoolEntryView, ProbeId, ProbeRequest, Query, ReplicaView,
     Snapshot,
