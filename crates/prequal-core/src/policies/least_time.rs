@@ -28,7 +28,7 @@
 //! its slow mean until queries reach it again, which only its score's RIF factor allows (the
 //! other replicas' scores rise with their load until it is the lowest).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
@@ -126,8 +126,10 @@ struct ReplicaState {
 pub struct LeastTime {
     window: usize,
     replicas: Replicas<ReplicaState>,
-    /// The samples of replicas that left, given back if they return.
-    departed: HashMap<ReplicaId, Window>,
+    /// The samples of replicas that left, given back if they return, oldest departure first.
+    /// At most as many as there are replicas: an ejected replica comes back under its id, but
+    /// discovery may hand out a new id to a returning address, so old ones must not pile up.
+    departed: VecDeque<(ReplicaId, Window)>,
     /// The latest turn handed out; a picked or new replica goes after it.
     last_deadline: u64,
 }
@@ -138,7 +140,7 @@ impl LeastTime {
         Self {
             window: config.window.max(1) as usize,
             replicas: Replicas::new(),
-            departed: HashMap::new(),
+            departed: VecDeque::new(),
             last_deadline: 0,
         }
     }
@@ -162,7 +164,10 @@ impl Policy for LeastTime {
         match change {
             ReplicaChange::Insert(id) => {
                 let deadline = self.last_deadline + 1;
-                let times = self.departed.remove(&id).unwrap_or_default();
+                let times = match self.departed.iter().position(|(d, _)| *d == id) {
+                    Some(i) => self.departed.remove(i).map(|(_, w)| w).unwrap_or_default(),
+                    None => Window::default(),
+                };
                 let state = ReplicaState {
                     times,
                     load: LocalLoad::default(),
@@ -174,7 +179,10 @@ impl Policy for LeastTime {
             }
             ReplicaChange::Remove(id) => {
                 if let Some(state) = self.replicas.remove(id) {
-                    self.departed.insert(id, state.times);
+                    self.departed.push_back((id, state.times));
+                    while self.departed.len() > self.replicas.len().max(1) {
+                        self.departed.pop_front();
+                    }
                 }
             }
         }
@@ -342,6 +350,25 @@ mod tests {
         // Not a fresh replica with a score of zero: its slow mean is still there.
         assert!((p.score(ReplicaId(1)).unwrap() - 0.050).abs() < 1e-12);
         assert_eq!(pick(&mut p), 0);
+    }
+
+    #[test]
+    fn departed_samples_are_kept_for_at_most_as_many_replicas_as_remain() {
+        let mut p = policy(3);
+        for id in 0..3 {
+            finish(&mut p, id, 10, Outcome::Success);
+        }
+        // Two leave; one replica remains, so only the latest departure is remembered.
+        p.on_replica_change(ReplicaChange::Remove(ReplicaId(0)), Time::ZERO);
+        p.on_replica_change(ReplicaChange::Remove(ReplicaId(1)), Time::ZERO);
+        p.on_replica_change(ReplicaChange::Insert(ReplicaId(0)), Time::ZERO);
+        p.on_replica_change(ReplicaChange::Insert(ReplicaId(1)), Time::ZERO);
+        assert_eq!(
+            p.score(ReplicaId(0)),
+            Some(0.0),
+            "forgotten: a fresh replica"
+        );
+        assert!((p.score(ReplicaId(1)).unwrap() - 0.010).abs() < 1e-12);
     }
 
     #[test]
