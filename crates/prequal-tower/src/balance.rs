@@ -267,10 +267,11 @@ where
         let ready: Vec<ReplicaId> = (0..self.endpoints.ready_len())
             .filter_map(|i| self.endpoints.get_ready_index(i).map(|(id, _)| *id))
             .collect();
+        let ejected = self.driver.ejected();
         let usable: Vec<ReplicaId> = ready
             .iter()
             .copied()
-            .filter(|&id| !self.driver.is_ejected(id))
+            .filter(|id| !ejected.contains(id))
             .collect();
         let from = if usable.is_empty() { &ready } else { &usable };
         let chosen = from.get(self.driver.random_below(from.len())).copied();

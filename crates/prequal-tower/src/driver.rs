@@ -277,11 +277,6 @@ impl Driver {
         }
     }
 
-    /// Whether the balancer has ejected `replica` (it is out of the policy for a while).
-    pub(crate) fn is_ejected(&self, replica: ReplicaId) -> bool {
-        self.lock().balancer.is_ejected(replica)
-    }
-
     /// The replicas the balancer has ejected.
     pub(crate) fn ejected(&self) -> Vec<ReplicaId> {
         let state = self.lock();

@@ -22,14 +22,20 @@ fn avoided_or_ejected(snapshot: &Snapshot, ejected: &[ReplicaId], id: u32) -> bo
             .any(|r| r.id == Some(id) && r.avoided)
 }
 
-async fn a_replica_answering_errors_is_avoided(proto: Proto) {
+/// Three replicas, the third answering 503, and their addresses.
+async fn three_replicas_the_last_failing() -> ([Replica; 3], Vec<std::net::SocketAddr>) {
     let replicas = [
         Replica::start().await,
         Replica::start().await,
         Replica::start().await,
     ];
     replicas[2].set_status(503);
-    let addrs: Vec<_> = replicas.iter().map(|r| r.addr).collect();
+    let addrs = replicas.iter().map(|r| r.addr).collect();
+    (replicas, addrs)
+}
+
+async fn a_replica_answering_errors_is_avoided(proto: Proto) {
+    let (replicas, addrs) = three_replicas_the_last_failing().await;
     let (mut balance, _changes) = balance("prequal", proto, &addrs);
     let answers = load(&mut balance, proto, 200, 4).await;
     let ok = answers.iter().filter(|a| **a == Ok(StatusCode::OK)).count();
@@ -61,13 +67,7 @@ both_protocols!(a_replica_answering_errors_is_avoided);
 /// Round robin has no error aversion of its own: the balancer's outlier ejection (on by
 /// default, as in the proxy) is what keeps it off a replica answering 503.
 async fn outlier_ejection_takes_a_failing_replica_out(proto: Proto) {
-    let replicas = [
-        Replica::start().await,
-        Replica::start().await,
-        Replica::start().await,
-    ];
-    replicas[2].set_status(503);
-    let addrs: Vec<_> = replicas.iter().map(|r| r.addr).collect();
+    let (replicas, addrs) = three_replicas_the_last_failing().await;
     let failing_share = |ejection: bool| {
         let builder = Builder::new(policy("round-robin")).balancer(BalancerConfig {
             outlier_ejection: ejection,
