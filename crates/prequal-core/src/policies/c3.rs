@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use super::probing::aversion::{Aversion, ReplicaLoad};
 use super::probing::params;
 use super::probing::{AsyncProbing, Entry, ProbingParams, Rank, RankKey, Rule};
-use crate::config::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
+use crate::config::build_policy::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
 use crate::policy::{Completion, LoadReport, Policy};
 use crate::replica::{ReplicaChange, ReplicaId, Replicas};
 use crate::time::Time;

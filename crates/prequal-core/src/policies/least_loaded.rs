@@ -18,7 +18,7 @@
 use rand::{Rng, RngCore};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{BuildPolicy, ConfigError, PolicyInfo};
+use crate::config::build_policy::{BuildPolicy, ConfigError, PolicyInfo};
 use crate::policies::local::LocalLoad;
 use crate::policy::{Completion, Pick, Policy, Query, QueryId, Snapshot};
 use crate::replica::{ReplicaChange, ReplicaId, Replicas};

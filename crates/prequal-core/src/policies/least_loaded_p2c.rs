@@ -14,7 +14,7 @@ use rand::RngCore;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
+use crate::config::build_policy::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
 use crate::policies::local::{LocalLoad, best_of_draws};
 use crate::policy::{Completion, Pick, Policy, Query, QueryId, Snapshot};
 use crate::replica::{ReplicaChange, ReplicaId, Replicas};

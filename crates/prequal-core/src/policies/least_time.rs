@@ -33,7 +33,7 @@ use std::collections::VecDeque;
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
+use crate::config::build_policy::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
 use crate::policies::local::LocalLoad;
 use crate::policy::{Completion, Outcome, Pick, Policy, Query, QueryId, Snapshot};
 use crate::replica::{ReplicaChange, ReplicaId, Replicas};

@@ -28,7 +28,7 @@ use std::time::Duration;
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
+use crate::config::build_policy::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
 use crate::ewma::PeakEwma;
 use crate::policies::local::LocalLoad;
 use crate::policies::local::best_of_draws;

@@ -5,7 +5,7 @@
 use rand::{Rng, RngCore};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{BuildPolicy, ConfigError, PolicyInfo};
+use crate::config::build_policy::{BuildPolicy, ConfigError, PolicyInfo};
 use crate::policy::{Pick, Policy, Query, Snapshot};
 use crate::replica::{ReplicaChange, Replicas};
 use crate::time::Time;

@@ -9,7 +9,7 @@
 use rand::{Rng, RngCore};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{BuildPolicy, ConfigError, PolicyInfo};
+use crate::config::build_policy::{BuildPolicy, ConfigError, PolicyInfo};
 use crate::policy::{Pick, Policy, Query, ReplicaView, Snapshot};
 use crate::replica::{ReplicaChange, ReplicaId, Replicas};
 use crate::time::Time;

@@ -36,7 +36,7 @@ use std::time::Duration;
 use rand::{Rng, RngCore};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
+use crate::config::build_policy::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
 use crate::policies::local::LocalLoad;
 use crate::policies::local::{Poller, next_on_grid};
 use crate::policy::{

@@ -25,7 +25,7 @@ use std::time::Duration;
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
+use crate::config::build_policy::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
 use crate::policies::local::LocalLoad;
 use crate::policies::local::{Poller, best_of_draws};
 use crate::policy::{

@@ -76,7 +76,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{BuildPolicy, ConfigError, PolicyInfo};
+use crate::config::build_policy::{BuildPolicy, ConfigError, PolicyInfo};
 use crate::policies::probing::{AsyncProbing, ProbingParams, aversion::Aversion, params};
 use crate::policy::Policy;
 use hcl::Hcl;

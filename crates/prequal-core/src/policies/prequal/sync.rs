@@ -20,7 +20,7 @@ use rand::RngCore;
 use serde::{Deserialize, Serialize};
 
 use super::hcl::{RifHistory, hcl_rank};
-use crate::config::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
+use crate::config::build_policy::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
 use crate::policies::probing::aversion::{Aversion, ReplicaLoad, random_replica};
 use crate::policies::probing::params;
 use crate::policies::probing::{Rank, order_with_aversion, validate_aversion};

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use super::sync::{Config, PrequalSync};
-use crate::config::BuildPolicy;
+use crate::config::build_policy::BuildPolicy;
 use crate::policy::{LoadReport, Pick, Policy, ProbeRequest, Query, QueryId};
 use crate::replica::{ReplicaChange, ReplicaId};
 use crate::testing::rng;

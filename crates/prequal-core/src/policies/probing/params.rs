@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use super::aversion::Aversion;
-use crate::config::{ConfigError, ParamDoc};
+use crate::config::build_policy::{ConfigError, ParamDoc};
 
 /// Default probes per query (r_probe), as in the paper's testbed.
 pub const PROBE_RATE: f64 = 3.0;
