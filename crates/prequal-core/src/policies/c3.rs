@@ -27,8 +27,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::probing::aversion::{Aversion, ReplicaLoad};
-use super::probing::params;
-use super::probing::{AsyncProbing, Entry, ProbingParams, Rank, RankKey, Rule};
+use super::probing::engine::{AsyncProbing, Rank, RankKey, Rule};
+use super::probing::params::{self, ProbingParams};
+use super::probing::pool::Entry;
 use crate::config::build_policy::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
 use crate::policy::{Completion, LoadReport, Policy};
 use crate::replica::{ReplicaChange, ReplicaId, Replicas};

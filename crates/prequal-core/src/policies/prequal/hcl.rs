@@ -27,7 +27,8 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::policies::probing::aversion::ReplicaLoad;
-use crate::policies::probing::{Entry, Pool, Rank, Rule};
+use crate::policies::probing::engine::{Rank, Rule};
+use crate::policies::probing::pool::{Entry, Pool};
 use crate::policy::LoadReport;
 use crate::replica::{ReplicaChange, ReplicaId};
 use crate::time::{Time, duration_nanos};

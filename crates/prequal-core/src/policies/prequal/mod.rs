@@ -77,7 +77,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::config::build_policy::{BuildPolicy, ConfigError, PolicyInfo};
-use crate::policies::probing::{AsyncProbing, ProbingParams, aversion::Aversion, params};
+use crate::policies::probing::aversion::Aversion;
+use crate::policies::probing::engine::AsyncProbing;
+use crate::policies::probing::params::{self, ProbingParams};
 use crate::policy::Policy;
 use hcl::Hcl;
 

@@ -22,8 +22,8 @@ use serde::{Deserialize, Serialize};
 use super::hcl::{RifHistory, hcl_rank};
 use crate::config::build_policy::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
 use crate::policies::probing::aversion::{Aversion, ReplicaLoad, random_replica};
-use crate::policies::probing::params;
-use crate::policies::probing::{Rank, order_with_aversion, validate_aversion};
+use crate::policies::probing::engine::{Rank, order_with_aversion};
+use crate::policies::probing::params::{self, validate_aversion};
 use crate::policy::{
     Completion, LoadReport, Pick, Policy, ProbeId, ProbeRequest, Query, QueryId, ReplicaView,
     Snapshot,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use rand::RngCore;
 
 use super::*;
-use crate::policies::probing::b_reuse;
+use crate::policies::probing::params::b_reuse;
 use crate::policy::{
     Completion, LoadReport, Outcome, Pick, Policy, ProbeId, ProbeRequest, Query, QueryId,
 };
@@ -213,8 +213,9 @@ fn fewer_than_two_replies_falls_back_to_random() {
 
 #[test]
 fn a_pool_share_below_one_caps_the_pool_in_small_clusters() {
-    let capacity =
-        |config: &Config, n: usize| crate::policies::probing::pool_capacity(&config.probing(), n);
+    let capacity = |config: &Config, n: usize| {
+        crate::policies::probing::params::pool_capacity(&config.probing(), n)
+    };
     let paper = Config::default();
     assert_eq!(
         capacity(&paper, 6),
