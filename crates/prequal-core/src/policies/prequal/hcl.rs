@@ -26,6 +26,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use crate::config::build_policy::ConfigError;
 use crate::policies::probing::aversion::ReplicaLoad;
 use crate::policies::probing::engine::{Rank, Rule};
 use crate::policies::probing::pool::{Entry, Pool};
@@ -265,6 +266,19 @@ impl HclContext {
             hot_above: threshold.hot_above(),
             ceiling_ns: ceiling.map_or(-1, |c| i128::from(duration_nanos(c))),
         }
+    }
+}
+
+/// Checks that `q_rif` is a quantile.
+pub fn validate_q_rif(policy: &'static str, q_rif: f64) -> Result<(), ConfigError> {
+    if (0.0..=1.0).contains(&q_rif) {
+        Ok(())
+    } else {
+        Err(ConfigError::invalid(
+            policy,
+            "q_rif",
+            format!("must be between 0 and 1, got {q_rif}"),
+        ))
     }
 }
 

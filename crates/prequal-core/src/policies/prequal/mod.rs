@@ -72,6 +72,8 @@ mod sync_tests;
 #[cfg(test)]
 mod tests;
 
+pub use hcl::validate_q_rif;
+
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -158,19 +160,6 @@ impl Config {
                 decay: self.error_decay,
             },
         }
-    }
-}
-
-/// Checks that `q_rif` is a quantile.
-pub fn validate_q_rif(policy: &'static str, q_rif: f64) -> Result<(), ConfigError> {
-    if (0.0..=1.0).contains(&q_rif) {
-        Ok(())
-    } else {
-        Err(ConfigError::invalid(
-            policy,
-            "q_rif",
-            format!("must be between 0 and 1, got {q_rif}"),
-        ))
     }
 }
 

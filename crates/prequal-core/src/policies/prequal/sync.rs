@@ -19,7 +19,7 @@ use std::time::Duration;
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 
-use super::hcl::{RifHistory, hcl_rank};
+use super::hcl::{RifHistory, hcl_rank, validate_q_rif};
 use crate::config::build_policy::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
 use crate::policies::probing::aversion::{Aversion, ReplicaLoad, random_replica};
 use crate::policies::probing::engine::{Rank, order_with_aversion};
@@ -111,7 +111,7 @@ impl BuildPolicy for Config {
                 "must be longer than zero",
             ));
         }
-        super::validate_q_rif(name, self.q_rif)?;
+        validate_q_rif(name, self.q_rif)?;
         validate_aversion(name, &self.aversion())
     }
 
