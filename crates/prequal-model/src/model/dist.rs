@@ -27,7 +27,8 @@ use rand::{Rng, RngCore};
 use rand_distr::{Distribution as _, Exp, LogNormal, StandardNormal};
 use serde::{Deserialize, Serialize};
 
-use super::ModelError;
+use super::error::ModelError;
+use super::round::round_to_u64;
 
 /// Reads a trace file into nanoseconds (see [`parse_trace`]).
 pub type TraceLoader<'a> = dyn FnMut(&Path) -> Result<Arc<[u64]>, ModelError> + 'a;
@@ -291,7 +292,7 @@ impl Distribution {
             Distribution::Empirical(samples) => samples[rng.random_range(0..samples.len())],
             Distribution::Sequence(samples, cursor) => samples[cursor.advance(samples.len(), rng)],
             Distribution::Scaled(base, factor) => {
-                super::round_to_u64(base.sample_nanos(rng) as f64 * factor)
+                round_to_u64(base.sample_nanos(rng) as f64 * factor)
             }
         }
     }

@@ -25,7 +25,7 @@ use prequal_core::Time;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
-use super::ModelError;
+use super::error::ModelError;
 
 /// A selection of replicas by index.
 #[derive(Clone, Debug, PartialEq, Eq)]

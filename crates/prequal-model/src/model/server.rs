@@ -28,10 +28,11 @@ use prequal_core::Time;
 use rand::{Rng, RngCore};
 use serde::{Deserialize, Serialize};
 
-use super::ModelError;
 use super::cpu::{CpuModel, JobId};
 use super::dist::{DistSpec, Distribution};
 use super::episode::{Effects, EpisodeSpec, ServerSet};
+use super::error::ModelError;
+use super::round::round_to_u64;
 use super::threads::ThreadPool;
 use super::work::Work;
 
@@ -408,11 +409,11 @@ impl ReplicaModel {
         let admission = match &mut self.kind {
             Kind::Latency(dist) => {
                 let nanos = dist.sample_nanos(rng) as f64 * fx.slow / self.speed;
-                Admission::After(Duration::from_nanos(super::round_to_u64(nanos)))
+                Admission::After(Duration::from_nanos(round_to_u64(nanos)))
             }
             Kind::Capacity { cost, cpu, .. } => {
                 let work = cost.sample_nanos(rng) as f64 * fx.slow;
-                let work = Duration::from_nanos(super::round_to_u64(work));
+                let work = Duration::from_nanos(round_to_u64(work));
                 match cpu.arrive(now, work, done) {
                     Some(id) => Admission::Job(id),
                     None => return (Admission::After(Duration::ZERO), true),
@@ -420,7 +421,7 @@ impl ReplicaModel {
             }
             Kind::ThreadPool { service, pool, .. } => {
                 let nanos = service.sample_nanos(rng) as f64 * fx.slow / self.speed;
-                let service = Duration::from_nanos(super::round_to_u64(nanos));
+                let service = Duration::from_nanos(round_to_u64(nanos));
                 match pool.arrive(now, service, done) {
                     Some(id) => Admission::Job(id),
                     // The queue is full: the replica refuses at once.
