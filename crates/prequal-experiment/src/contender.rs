@@ -10,7 +10,7 @@ use std::process::Command;
 use prequal_core::{HedgeConfig, PolicyConfig};
 use prequal_model::scenario::BalancerKeys;
 
-use super::ExperimentError;
+use crate::error::ExperimentError;
 
 /// The HAProxy `balance` algorithms an experiment accepts, with the core policy that models
 /// each in the simulator's prediction.

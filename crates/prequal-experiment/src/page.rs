@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::{ExperimentReport, PROXY_COLUMNS};
+use crate::report::{ExperimentReport, PROXY_COLUMNS};
 
 /// Escapes text for HTML.
 fn esc(text: &str) -> String {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::ExperimentError;
+use crate::error::ExperimentError;
 
 /// How long a stopped child gets between SIGTERM and SIGKILL.
 const GRACE: Duration = Duration::from_secs(3);

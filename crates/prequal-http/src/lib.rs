@@ -46,6 +46,7 @@
 //! ```
 
 pub mod body;
+mod error;
 pub mod grpc;
 pub mod headers;
 pub mod probe;
@@ -57,6 +58,7 @@ pub mod tls;
 pub mod watch;
 
 pub use body::{OnEnd, TrackedBody, track};
+pub use error::BoxError;
 pub use grpc::{grpc_outcome, head_outcome};
 pub use headers::{Direction, strip_hop_by_hop};
 pub use probe::{ProbeReplyError, read_probe_reply};
@@ -64,6 +66,3 @@ pub use probe::{ProbeReplyError, read_probe_reply};
 pub use serve::serve_tls;
 pub use serve::{DEFAULT_DRAIN, serve};
 pub use signal::shutdown_signal;
-
-/// A boxed error, as hyper and tower pass them around.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -12,7 +12,7 @@ use http_body::Body;
 use http_body_util::{BodyExt, Limited};
 use prequal_core::LoadReport;
 
-use crate::BoxError;
+use crate::error::BoxError;
 use crate::protocol::{MAX_REPLY_LEN, ReplyError, parse_reply};
 
 /// Why a probe reply was refused.

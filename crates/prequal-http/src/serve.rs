@@ -33,7 +33,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::BoxError;
+use crate::error::BoxError;
 
 /// How long [`serve`] waits, after shutdown is asked, for open connections to finish.
 pub const DEFAULT_DRAIN: Duration = Duration::from_secs(5);

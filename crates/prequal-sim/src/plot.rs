@@ -25,7 +25,7 @@ use std::sync::Once;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::report::{Report, RunResult};
+use crate::report::results::{Report, RunResult};
 
 /// A plot could not be drawn or written.
 #[derive(Debug, thiserror::Error)]

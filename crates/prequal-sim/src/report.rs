@@ -8,11 +8,15 @@ use std::fmt::Write as _;
 
 use prequal_core::{HedgeConfig, PolicyConfig};
 use rayon::prelude::*;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
-use crate::engine::{self, HedgeSummary, RunOutput, SimError};
+use crate::engine::{self, HedgeSummary, SimError};
 use crate::model::ModelError;
 use crate::scenario::{BalancerKeys, Compiled};
+
+pub(crate) mod results;
+
+pub use results::{Prediction, Report, RunResult};
 
 /// One run to do.
 #[derive(Clone, Debug, PartialEq)]
@@ -30,54 +34,6 @@ pub struct RunPlan {
     pub load: f64,
     /// The swept parameter and its value, if any.
     pub param: Option<(String, String)>,
-}
-
-/// One finished run.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct RunResult {
-    /// Label (policy and non-default parameters).
-    pub label: String,
-    /// Policy name.
-    pub policy: String,
-    /// Load multiplier.
-    pub load: f64,
-    /// Swept parameter and value.
-    pub param: Option<(String, String)>,
-    /// The measurements.
-    #[serde(flatten)]
-    pub output: RunOutput,
-    /// For a live run (`prequal experiment`): what the simulator predicted for the same
-    /// scenario with the equivalent policy, when it has one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub predicted: Option<Box<Prediction>>,
-}
-
-/// The simulator's prediction for a live run.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Prediction {
-    /// The core policy simulated (e.g. `least-loaded` for HAProxy's `leastconn`).
-    pub policy: String,
-    /// What the simulation measured.
-    pub measured: crate::metrics::Measured,
-}
-
-/// Everything a scenario run produced.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Report {
-    /// True when these numbers come from the simulator, false for a live experiment.
-    pub simulated: bool,
-    /// Scenario name.
-    pub scenario: String,
-    /// Its description.
-    pub description: String,
-    /// Seed.
-    pub seed: u64,
-    /// Simulated seconds of offered load.
-    pub duration_s: f64,
-    /// The latency objective, milliseconds.
-    pub latency_objective_ms: f64,
-    /// The runs, in plan order.
-    pub runs: Vec<RunResult>,
 }
 
 /// The keys of `config` whose values differ from the policy's defaults, as `key=value`.

@@ -20,64 +20,20 @@
 //! process default, so a dependency that enables another provider cannot make the choice
 //! ambiguous.
 
-use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
-
-use rustls::crypto::CryptoProvider;
-
+mod alpn;
+mod error;
 mod handshake;
 mod pem;
+mod provider;
 mod replica;
 mod server;
 
+pub use self::alpn::{ALPN_H2, ALPN_HTTP1};
+pub use self::error::TlsError;
 pub use self::handshake::{builder_for_alpn, handshake};
 pub use self::pem::{PemFile, certified_key};
+pub use self::provider::provider;
 pub use self::replica::{
     DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_WATCH_INTERVAL, FileLabels, ReplicaTls, ReplicaTlsConfig,
 };
 pub use self::server::server_config;
-
-/// Why certificates or keys could not be loaded. The message names the setting (config key or
-/// flag) and the file.
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    /// The file could not be read.
-    #[error("{key}: cannot read {}: {source}", path.display())]
-    Read {
-        /// The setting that names the file, for example `server.tls.cert` or `--tls-cert`.
-        key: String,
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// The file was read but does not hold what the setting needs.
-    #[error("{key}: {}: {message}", path.display())]
-    Content {
-        /// The setting that names the file.
-        key: String,
-        /// The file.
-        path: PathBuf,
-        /// What was wrong and what was expected.
-        message: String,
-    },
-    /// Something other than one file's content: no trusted roots, an unusable name.
-    #[error("{key}: {message}")]
-    Invalid {
-        /// The setting concerned.
-        key: String,
-        /// What was wrong.
-        message: String,
-    },
-}
-
-/// The crypto provider of every TLS config built here and in the proxy: rustls with `ring`.
-pub fn provider() -> Arc<CryptoProvider> {
-    static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
-    Arc::clone(PROVIDER.get_or_init(|| Arc::new(rustls::crypto::ring::default_provider())))
-}
-
-/// ALPN protocol id of HTTP/2.
-pub const ALPN_H2: &[u8] = b"h2";
-/// ALPN protocol id of HTTP/1.1.
-pub const ALPN_HTTP1: &[u8] = b"http/1.1";

@@ -7,7 +7,8 @@ use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
 
-use super::TlsError;
+use super::error::TlsError;
+use super::provider::provider;
 
 /// One file, and the setting that names it (a dotted config key or a flag), for messages.
 #[derive(Debug, Clone, Copy)]
@@ -72,7 +73,7 @@ impl PemFile<'_> {
 pub fn certified_key(cert: PemFile<'_>, key: PemFile<'_>) -> Result<CertifiedKey, TlsError> {
     let chain = cert.certificates()?;
     let private = key.private_key()?;
-    CertifiedKey::from_der(chain, private, &super::provider()).map_err(|e| {
+    CertifiedKey::from_der(chain, private, &provider()).map_err(|e| {
         let cert = cert.path.display();
         key.content(match e {
             rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => {

@@ -11,7 +11,9 @@ use rustls::ServerConfig;
 use rustls::sign::SingleCertAndKey;
 use tokio_rustls::TlsAcceptor;
 
-use super::{PemFile, TlsError, certified_key, server_config};
+use super::error::TlsError;
+use super::pem::{PemFile, certified_key};
+use super::server::server_config;
 use crate::watch;
 
 /// How often the files are checked for change, unless configured.

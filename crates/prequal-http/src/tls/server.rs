@@ -6,7 +6,10 @@ use std::sync::Arc;
 use rustls::ServerConfig;
 use rustls::server::{ResolvesServerCert, WebPkiClientVerifier};
 
-use super::{ALPN_H2, ALPN_HTTP1, PemFile, TlsError, provider};
+use super::alpn::{ALPN_H2, ALPN_HTTP1};
+use super::error::TlsError;
+use super::pem::PemFile;
+use super::provider::provider;
 
 /// A server config serving the certificates `certs` picks, offering ALPN `h2` then
 /// `http/1.1`. With `client_ca`, a PEM bundle, every client must present a certificate signed

@@ -11,7 +11,7 @@
 //! outlier ejection, slow start, retry exclusion, the retry budget and hedging around it,
 //! configured by the scenario's balancer keys (`max_attempts`, `[clients.outlier]`, ...; the
 //! proxy's defaults). A query whose try fails with an error is tried again on a replica it has
-//! not tried, while `max_attempts` and the retry budget allow (`client.rs`).
+//! not tried, while `max_attempts` and the retry budget allow (`client/balancing.rs`).
 //!
 //! Through the balancer the engine drives the whole [`prequal_core::Policy`] contract: replica
 //! inserts at time zero;
@@ -25,9 +25,9 @@
 //! With hedging on (`[clients.hedge]`, or a contender's `hedge`), each client's balancer also
 //! hedges ([`prequal_core::Hedger`]): a query's tries share one request, the hedger says when to send
 //! another try (to a replica the query has not tried), the first success wins and the other
-//! tries are cancelled at their replicas and reported to the policy (`client.rs`). Fault
+//! tries are cancelled at their replicas and reported to the policy (`client/hedging.rs`). Fault
 //! episodes (`black-hole`, `host-down`, `killed`) act on queries and probes as they reach a
-//! replica (`server.rs`). Without hedging, no event, draw or report byte changes.
+//! replica (`server/events.rs`). Without hedging, no event, draw or report byte changes.
 //!
 //! Randomness is split so contenders face the same world: each replica's antagonists draw from
 //! their own stream seeded by the scenario seed and the replica index, untouched by traffic.

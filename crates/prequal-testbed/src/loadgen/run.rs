@@ -14,7 +14,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::client::{self, Answer, LoadClient};
-use super::{LoadReport, LoadSpec, LoadgenError, Progress, Schedule};
+use super::report::{LoadReport, Progress};
+use super::schedule::Schedule;
+use super::spec::{LoadSpec, LoadgenError};
 
 /// After the schedule ends, how long past `timeout` the collector waits for stragglers.
 const DRAIN_GRACE: Duration = Duration::from_secs(1);

@@ -1,0 +1,296 @@
+//! Replica-side events: query arrival and service, CPU wake-ups, capacity changes, probes and
+//! the once-a-second utilisation sample, handled by the [`Sim`] for one
+//! [`Server`](super::Server) at a time.
+
+use prequal_core::{LoadReport, LoadTracker, Outcome};
+
+use super::Job;
+use crate::engine::{Event, Sim};
+use crate::model::{Admission, Fault};
+
+impl Sim<'_> {
+    pub(in crate::engine) fn on_query_at_server(&mut self, c: u32, s: u32, query: u64) {
+        if !self.client_waits(c, query) {
+            return; // Timed out on the way: the deadline travels with the query.
+        }
+        let now = self.now;
+        if let Some(fault) = self.servers[s as usize].model.effects(now).fault {
+            self.query_meets_fault(c, s, query, fault);
+            return;
+        }
+        let server = &mut self.servers[s as usize];
+        let arrival = server.tracker.on_arrival(now);
+        self.recorder.arrival(now, s as usize, arrival.rif);
+        let (admission, error) = server.model.admit(now, &mut server.rng, &mut self.done);
+        let mut job = Job {
+            live: true,
+            client: c,
+            query,
+            arrival,
+            error,
+            cpu: None,
+        };
+        match admission {
+            Admission::After(d) => {
+                let slot = server.insert(job);
+                self.queue.push(
+                    now + d,
+                    Event::ServerDone {
+                        server: s,
+                        slot,
+                        client: c,
+                        query,
+                    },
+                );
+                self.note_server_slot(c, query, slot);
+            }
+            Admission::Job(id) => {
+                job.cpu = Some(id);
+                let slot = server.insert(job);
+                server.by_cpu.insert(id, slot);
+                self.note_server_slot(c, query, slot);
+            }
+        }
+        self.finish_cpu_jobs(s);
+    }
+
+    pub(in crate::engine) fn on_server_done(&mut self, s: u32, slot: u32, c: u32, query: u64) {
+        let server = &mut self.servers[s as usize];
+        let matches = server
+            .jobs
+            .get(slot as usize)
+            .is_some_and(|j| j.live && j.client == c && j.query == query);
+        if matches {
+            self.respond(s, slot);
+        }
+    }
+
+    /// A query arrives at a replica under a whole-replica fault (see [`Fault`]).
+    fn query_meets_fault(&mut self, c: u32, s: u32, query: u64, fault: Fault) {
+        let now = self.now;
+        match fault {
+            // Unreachable: the query vanishes; only its client's deadline or a hedge ends it.
+            Fault::HostDown => {}
+            // Connection refused: an error comes back after the return trip, no work done.
+            Fault::Killed => {
+                let at = now + self.delay(false);
+                self.queue.push(
+                    at,
+                    Event::Response {
+                        client: c,
+                        query,
+                        error: true,
+                    },
+                );
+            }
+            // Accepted and held forever: the tracker counts it in flight until it is cancelled.
+            Fault::BlackHole => {
+                let server = &mut self.servers[s as usize];
+                let arrival = server.tracker.on_arrival(now);
+                self.recorder.arrival(now, s as usize, arrival.rif);
+                let slot = server.insert(Job {
+                    live: true,
+                    client: c,
+                    query,
+                    arrival,
+                    error: false,
+                    cpu: None,
+                });
+                self.note_server_slot(c, query, slot);
+            }
+        }
+    }
+
+    /// A `killed` fault starts at `now`: every query in flight fails (connection reset) and
+    /// the process's state, its load tracker included, is gone.
+    fn kill(&mut self, s: u32) {
+        let now = self.now;
+        let estimator = self.compiled.scenario.estimator;
+        let server = &mut self.servers[s as usize];
+        let mut reset = Vec::new();
+        for slot in 0..server.jobs.len() as u32 {
+            if let Some(job) = server.take(slot) {
+                if let (Some(id), Some(cpu)) = (job.cpu, server.model.cpu_mut()) {
+                    server.by_cpu.remove(&id);
+                    cpu.cancel(now, id, &mut self.done);
+                }
+                reset.push((job.client, job.query));
+            }
+        }
+        server.tracker = LoadTracker::new(estimator);
+        for (client, query) in reset {
+            let at = now + self.delay(false);
+            self.queue.push(
+                at,
+                Event::Response {
+                    client,
+                    query,
+                    error: true,
+                },
+            );
+        }
+    }
+
+    /// The replica hands back the response of the job in `slot`.
+    fn respond(&mut self, s: u32, slot: u32) {
+        let now = self.now;
+        let server = &mut self.servers[s as usize];
+        let Some(job) = server.take(slot) else {
+            return;
+        };
+        let outcome = if job.error {
+            Outcome::Error
+        } else {
+            Outcome::Success
+        };
+        server.tracker.on_finish(job.arrival, outcome, now);
+        if self.compiled.scenario.clients.piggyback_reports {
+            let mut report = server.tracker.report(now);
+            report.utilization = server.utilization(now);
+            self.attach_report(job.client, job.query, report);
+        }
+        let at = now + self.delay(false);
+        let (client, query, error) = (job.client, job.query, job.error);
+        self.queue.push(
+            at,
+            Event::Response {
+                client,
+                query,
+                error,
+            },
+        );
+    }
+
+    /// Completes the CPU jobs in `self.done` and re-arms the replica's CPU wake-up.
+    fn finish_cpu_jobs(&mut self, s: u32) {
+        let done = std::mem::take(&mut self.done);
+        // Overhead jobs (probes' CPU cost) never answer anyone and are not in `by_cpu`.
+        for id in done.iter().filter(|id| !id.is_overhead()) {
+            if let Some(slot) = self.servers[s as usize].by_cpu.remove(id) {
+                self.respond(s, slot);
+            }
+        }
+        self.done = done;
+        self.done.clear();
+        // The replica's one wake-up moves to its next completion. Probe overhead finishing
+        // changes nothing observable, so the wake-up skips past it to the next query that
+        // finishes (the CPU model steps through the overhead exactly as if woken).
+        let next = self.servers[s as usize]
+            .model
+            .cpu()
+            .and_then(|c| c.next_awaited_completion());
+        self.wakes.set(s, next);
+    }
+
+    /// Replica `s`'s wake-up came due (still armed: `finish_cpu_jobs` moves it on).
+    pub(in crate::engine) fn on_cpu_wake(&mut self, s: u32) {
+        let now = self.now;
+        if let Some(cpu) = self.servers[s as usize].model.cpu_mut() {
+            cpu.advance(now, &mut self.done);
+        }
+        self.finish_cpu_jobs(s);
+    }
+
+    /// Drops the work of a query whose client gave up (`Timeout`) or took another try's
+    /// response (`Cancelled`), so it frees the replica.
+    pub(in crate::engine) fn cancel_at_server(
+        &mut self,
+        s: u32,
+        slot: u32,
+        c: u32,
+        query: u64,
+        outcome: Outcome,
+    ) {
+        let now = self.now;
+        let server = &mut self.servers[s as usize];
+        let matches = server
+            .jobs
+            .get(slot as usize)
+            .is_some_and(|j| j.live && j.client == c && j.query == query);
+        if !matches {
+            return; // Already answered (the response is on its way).
+        }
+        let Some(job) = server.take(slot) else {
+            return;
+        };
+        if outcome == Outcome::Cancelled {
+            server.tracker.on_abandon(job.arrival, now);
+        } else {
+            server.tracker.on_finish(job.arrival, outcome, now);
+        }
+        if let (Some(id), Some(cpu)) = (job.cpu, server.model.cpu_mut()) {
+            server.by_cpu.remove(&id);
+            cpu.cancel(now, id, &mut self.done);
+        }
+        self.finish_cpu_jobs(s);
+    }
+
+    pub(in crate::engine) fn schedule_change(&mut self, s: u32) {
+        if let Some(at) = self.servers[s as usize].model.next_change(self.now)
+            && at <= self.end
+        {
+            self.queue.push(at, Event::Change(s));
+        }
+    }
+
+    pub(in crate::engine) fn on_change(&mut self, s: u32) {
+        let now = self.now;
+        let server = &mut self.servers[s as usize];
+        server
+            .model
+            .on_change(now, &mut server.antagonist_rng, &mut self.done);
+        let killed = server.model.effects(now).fault == Some(Fault::Killed);
+        let was_killed = std::mem::replace(&mut server.killed, killed);
+        if killed && !was_killed {
+            self.kill(s);
+        }
+        self.finish_cpu_jobs(s);
+        self.schedule_change(s);
+    }
+
+    pub(in crate::engine) fn on_probe_at_server(&mut self, c: u32, s: u32, probe: u64) {
+        let now = self.now;
+        match self.servers[s as usize].model.effects(now).fault {
+            Some(Fault::HostDown) => return self.probe_unanswered(c, probe, false),
+            Some(Fault::Killed) => return self.probe_unanswered(c, probe, true),
+            Some(Fault::BlackHole) | None => {}
+        }
+        let with_rates = self.clients[c as usize].reads_probe_rates;
+        let server = &mut self.servers[s as usize];
+        if let Some(cpu) = server.model.cpu_mut() {
+            cpu.advance(now, &mut self.done);
+        }
+        let report: LoadReport = if with_rates {
+            LoadReport {
+                utilization: server.utilization(now),
+                ..server.tracker.report(now)
+            }
+        } else {
+            // Nobody reads the rates: RIF and latency are all the probe answers.
+            server.tracker.report_without_rates(now)
+        };
+        server.model.charge_probe(now, &mut self.done);
+        self.finish_cpu_jobs(s);
+        self.deliver_probe_report(c, probe, report);
+    }
+
+    pub(in crate::engine) fn on_tick(&mut self) {
+        let now = self.now;
+        for s in 0..self.servers.len() {
+            let server = &mut self.servers[s];
+            if let Some(cpu) = server.model.cpu_mut() {
+                cpu.advance(now, &mut self.done);
+            }
+            if let Some(u) = server.last_second(now) {
+                self.recorder.utilization(now, s, u);
+            }
+            let busy = server.model.cpu().map_or(0.0, |c| c.busy_core_nanos());
+            server.marks = [server.marks[1], (now, busy)];
+            self.finish_cpu_jobs(s as u32);
+        }
+        if now < self.end {
+            self.queue
+                .push(now + std::time::Duration::from_secs(1), Event::Tick);
+        }
+    }
+}
