@@ -138,6 +138,19 @@ pub fn plan(compiled: &Compiled, options: &Options) -> Result<Plan, ExperimentEr
             });
         }
     }
+    if let Some(i) = sc
+        .servers
+        .episodes
+        .iter()
+        .position(|e| e.fault == Some(prequal_model::model::Fault::Redeployed))
+    {
+        return Err(ExperimentError::Scenario {
+            key: format!("servers.episodes[{i}].fault"),
+            message: "`redeployed` runs in the simulator only (`prequal sim`): the live \
+                      testbed does not change the balancers' replica lists"
+                .into(),
+        });
+    }
     let instances = ex.proxies.unwrap_or(sc.clients.count);
     if instances == 0 || instances > 64 {
         return Err(ExperimentError::Scenario {
@@ -699,5 +712,27 @@ mod tests {
         assert_eq!(addrs[1].port(), 9001);
         let err = parse_replicas(out, 3).unwrap_err();
         assert!(err.to_string().contains("replica 2"), "{err}");
+    }
+
+    #[test]
+    fn a_redeploy_is_refused_live_by_its_key() {
+        let text = "contenders = [\"prequal\"]\n[servers]\ncount = 3\n\
+            latency = { kind = \"constant\", value = \"10ms\" }\n\
+            [[servers.episodes]]\nservers = [1]\nstart = \"1s\"\nend = \"2s\"\nslow = 2.0\n\
+            [[servers.episodes]]\nservers = [0]\nstart = \"1s\"\nend = \"2s\"\n\
+            fault = \"redeployed\"\n\
+            [clients]\ncount = 1\n[load]\nsteps = [{ duration = \"3s\", level = 100.0 }]\n";
+        let compiled = prequal_model::scenario::Scenario::parse(text, Path::new("t.toml")).unwrap();
+        let options = Options {
+            out: PathBuf::from("unused"),
+            prequal_exe: PathBuf::from("prequal"),
+            external: false,
+            only: Vec::new(),
+            predict: false,
+            startup: Duration::from_secs(1),
+        };
+        let err = plan(&compiled, &options).unwrap_err().to_string();
+        assert!(err.starts_with("servers.episodes[1].fault: "), "{err}");
+        assert!(err.contains("simulator only"), "{err}");
     }
 }

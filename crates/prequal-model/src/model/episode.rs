@@ -147,6 +147,13 @@ pub enum Fault {
     /// refused, after one network round trip), and the restarted replica's tracker starts
     /// empty.
     Killed,
+    /// A rolling deploy: the replica leaves service discovery at the start, so clients send
+    /// it no new query while the ones it holds finish (queries and probes already on their way
+    /// are still served); at the end the old process stops (any query it still holds fails, as
+    /// when killed) and the new one, its load tracker empty, rejoins every client's replica
+    /// set, where slow start ramps its share back up. The simulator runs it; the live testbed
+    /// does not change the balancers' replica lists, so `prequal experiment` rejects it.
+    Redeployed,
 }
 
 /// One episode as written in a scenario (`[[servers.episodes]]`).

@@ -27,7 +27,9 @@
 //! another try (to a replica the query has not tried), the first success wins and the other
 //! tries are cancelled at their replicas and reported to the policy (`client/hedging.rs`). Fault
 //! episodes (`black-hole`, `host-down`, `killed`) act on queries and probes as they reach a
-//! replica (`server/events.rs`). Without hedging, no event, draw or report byte changes.
+//! replica (`server/events.rs`); a `redeployed` episode takes the replica out of every client's
+//! replica set and puts it back at its end, where the balancer's slow start ramps it up
+//! (`Sim::announce_replicas`). Without hedging, no event, draw or report byte changes.
 //!
 //! Randomness is split so contenders face the same world: each replica's antagonists draw from
 //! their own stream seeded by the scenario seed and the replica index, untouched by traffic.
@@ -331,7 +333,7 @@ impl<'a> Sim<'a> {
     }
 
     fn start(&mut self) {
-        let replicas: Vec<ReplicaId> = (0..self.servers.len() as u32).map(ReplicaId).collect();
+        let replicas = self.replica_set();
         for c in 0..self.clients.len() {
             // The starting set: no slow start for it.
             self.clients[c].balancer.set_replicas(&replicas, Time::ZERO);
@@ -343,6 +345,24 @@ impl<'a> Sim<'a> {
         }
         if self.compiled.scenario.servers.allocation().is_some() {
             self.queue.push(Time::from_secs(1), Event::Tick);
+        }
+    }
+
+    /// The replicas in service discovery: all but those out for a deploy.
+    fn replica_set(&self) -> Vec<ReplicaId> {
+        (0..self.servers.len() as u32)
+            .filter(|&s| !self.servers[s as usize].redeployed)
+            .map(ReplicaId)
+            .collect()
+    }
+
+    /// Discovery changed (a replica left or rejoined for a deploy): every client learns the
+    /// new set at once; a rejoining replica ramps up through slow start.
+    fn announce_replicas(&mut self) {
+        let replicas = self.replica_set();
+        for c in 0..self.clients.len() {
+            self.clients[c].balancer.set_replicas(&replicas, self.now);
+            self.service_client(c as u32);
         }
     }
 

@@ -36,6 +36,8 @@ pub(super) struct Server {
     marks: [(Time, f64); 2],
     /// Killed by a `fault = "killed"` episode and not restarted yet.
     killed: bool,
+    /// Out of the clients' replica sets by a `fault = "redeployed"` episode.
+    pub(super) redeployed: bool,
 }
 
 impl Server {
@@ -53,6 +55,7 @@ impl Server {
             by_cpu: IdMap::default(),
             marks: [(Time::ZERO, 0.0); 2],
             killed: false,
+            redeployed: false,
         }
     }
 

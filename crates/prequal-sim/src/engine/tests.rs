@@ -323,4 +323,66 @@ steps = [{ duration = "4s", level = 400.0 }]
         assert!(balancer.retries_refused > 250, "{balancer:?}");
         assert_eq!(output.measured.summary.errors, balancer.retries_refused);
     }
+
+    /// Four replicas at ~10 ms, two round-robin clients at 400 queries/s for 6 s; replica 0
+    /// is redeployed from 1 s to 2 s and serves ten times slower for its first 2 s back (cold
+    /// caches). With slow start its share comes back over `window`; with a zero window at once.
+    fn redeploy(window: &str) -> crate::engine::RunOutput {
+        let text = format!(
+            r#"
+contenders = [{{ name = "round-robin", slow_start = {{ window = "{window}" }} }}]
+latency_objective = "50ms"
+[servers]
+count = 4
+latency = {{ kind = "normal", mean = "10ms", sd = "1ms" }}
+[[servers.episodes]]
+servers = [0]
+start = "1s"
+end = "2s"
+fault = "redeployed"
+[[servers.episodes]]
+servers = [0]
+start = "2s"
+end = "4s"
+slow = 10.0
+[clients]
+count = 2
+[load]
+steps = [{{ duration = "6s", level = 400.0 }}]
+"#
+        );
+        let compiled = Scenario::parse(&text, Path::new("t.toml")).unwrap();
+        let plans = report::plan(&compiled).unwrap();
+        let report = report::run_all(&compiled, &plans, &|_| {}).unwrap();
+        report.runs[0].output.clone()
+    }
+
+    #[test]
+    fn slow_start_ramps_a_redeployed_replica_back_in() {
+        let (at_once, ramped) = (redeploy("0s"), redeploy("4s"));
+        let replica_0 = |o: &crate::engine::RunOutput| -> Vec<u64> {
+            o.measured
+                .per_second
+                .iter()
+                .map(|s| s.replicas[0])
+                .collect()
+        };
+        let (a, r) = (replica_0(&at_once), replica_0(&ramped));
+        // Out of discovery for the second 1..2: only queries already on their way reach it.
+        assert!(a[1] < 10 && r[1] < 10, "{a:?} {r:?}");
+        // Back at 2 s: a full quarter of the queries at once, or a ramp from a tenth.
+        assert!(a[2] > 80, "{a:?}");
+        assert!(r[2] < a[2] / 2, "{a:?} {r:?}");
+        // Past the window it has its full share again.
+        assert!(r[5] > 80, "{r:?}");
+        // Fewer queries meet the cold replica, so more are within the objective.
+        let within = |o: &crate::engine::RunOutput| o.measured.summary.within_objective;
+        assert!(
+            within(&ramped) > within(&at_once),
+            "{} {}",
+            within(&ramped),
+            within(&at_once)
+        );
+        assert_eq!(at_once.measured.summary.errors, 0);
+    }
 }

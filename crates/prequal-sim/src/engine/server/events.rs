@@ -14,8 +14,9 @@ impl Sim<'_> {
             return; // Timed out on the way: the deadline travels with the query.
         }
         let now = self.now;
-        if let Some(fault) = self.servers[s as usize].model.effects(now).fault {
-            self.query_meets_fault(c, s, query, fault);
+        if let Some(fault) = self.servers[s as usize].model.effects(now).fault
+            && self.query_meets_fault(c, s, query, fault)
+        {
             return;
         }
         let server = &mut self.servers[s as usize];
@@ -65,10 +66,13 @@ impl Sim<'_> {
         }
     }
 
-    /// A query arrives at a replica under a whole-replica fault (see [`Fault`]).
-    fn query_meets_fault(&mut self, c: u32, s: u32, query: u64, fault: Fault) {
+    /// A query arrives at a replica under a whole-replica fault (see [`Fault`]); false when
+    /// the fault lets the replica serve it as usual.
+    fn query_meets_fault(&mut self, c: u32, s: u32, query: u64, fault: Fault) -> bool {
         let now = self.now;
         match fault {
+            // Draining for a deploy: a query already on its way is still served.
+            Fault::Redeployed => return false,
             // Unreachable: the query vanishes; only its client's deadline or a hedge ends it.
             Fault::HostDown => {}
             // Connection refused: an error comes back after the return trip, no work done.
@@ -99,6 +103,7 @@ impl Sim<'_> {
                 self.note_server_slot(c, query, slot);
             }
         }
+        true
     }
 
     /// A `killed` fault starts at `now`: every query in flight fails (connection reset) and
@@ -239,10 +244,20 @@ impl Sim<'_> {
         server
             .model
             .on_change(now, &mut server.antagonist_rng, &mut self.done);
-        let killed = server.model.effects(now).fault == Some(Fault::Killed);
+        let fault = server.model.effects(now).fault;
+        let killed = fault == Some(Fault::Killed);
         let was_killed = std::mem::replace(&mut server.killed, killed);
+        let redeployed = fault == Some(Fault::Redeployed);
+        let was_redeployed = std::mem::replace(&mut server.redeployed, redeployed);
         if killed && !was_killed {
             self.kill(s);
+        }
+        if redeployed != was_redeployed {
+            if was_redeployed {
+                // The old process stops (what it still holds fails) and the new one rejoins.
+                self.kill(s);
+            }
+            self.announce_replicas();
         }
         self.finish_cpu_jobs(s);
         self.schedule_change(s);
@@ -253,7 +268,7 @@ impl Sim<'_> {
         match self.servers[s as usize].model.effects(now).fault {
             Some(Fault::HostDown) => return self.probe_unanswered(c, probe, false),
             Some(Fault::Killed) => return self.probe_unanswered(c, probe, true),
-            Some(Fault::BlackHole) | None => {}
+            Some(Fault::BlackHole | Fault::Redeployed) | None => {}
         }
         let with_rates = self.clients[c as usize].reads_probe_rates;
         let server = &mut self.servers[s as usize];
