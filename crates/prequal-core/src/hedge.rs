@@ -198,8 +198,9 @@ pub struct HedgeStats {
 ///   in the request, and poll again (for `max_hedges` > 1);
 /// - a try answers with success: [`Hedger::on_response`] with that try's own latency; cancel
 ///   the other tries and report each to the policy with [`Hedger::loser_outcome`];
-/// - a try fails fast with no other try out: [`Hedger::poll_hedge_on_error`]; `Now` sends the
-///   next hedge at once, `Never` fails the request.
+/// - a try fails (an error, its try timeout): the driver retries it within `max_attempts` and
+///   the retry budget ([`crate::Balancer::try_retry`]), beside the other tries if one is out;
+///   hedges and retries are both tries of the request.
 ///
 /// ```
 /// use std::time::Duration;
@@ -305,19 +306,6 @@ impl Hedger {
         };
         if due > now {
             return HedgeDecision::At(due);
-        }
-        self.charge(hedges_sent, now)
-    }
-
-    /// A try of the request failed fast (an error response, a refused or reset connection)
-    /// and no other try of it is out: hedge at once rather than fail the request? As gRPC's
-    /// hedging does on a non-fatal status (gRFC A6), the next hedge goes out without waiting
-    /// for the delay, within `max_hedges` and the budget. [`HedgeDecision::Now`] or
-    /// [`HedgeDecision::Never`]; `Now` is charged and counted as sent. The driver decides which
-    /// failures qualify (for HTTP, those it would retry).
-    pub fn poll_hedge_on_error(&mut self, hedges_sent: u32, now: Time) -> HedgeDecision {
-        if !self.config.enabled || hedges_sent >= self.config.max_hedges {
-            return HedgeDecision::Never;
         }
         self.charge(hedges_sent, now)
     }

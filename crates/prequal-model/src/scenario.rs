@@ -226,11 +226,15 @@ pub struct ClientsSpec {
     /// (default: no hedging).
     #[serde(default)]
     pub hedge: Option<HedgeConfig>,
-    /// Tries per query, the first included; a query whose try fails with an error is tried
-    /// again on a replica it has not tried, within the retry budget (default 3, as the proxy;
-    /// 1 disables retries). Queries that hedge replace failed tries by the hedging rule instead.
+    /// Tries per query, the first included, hedges included; a query whose try fails with an
+    /// error or times out is tried again on a replica it has not tried, within the retry budget
+    /// (default 3, as the proxy; 1 disables retries and hedges).
     #[serde(default)]
     pub max_attempts: Option<u32>,
+    /// How long one try may wait for its response before it fails as timed out (and may be
+    /// retried); never past the query's `deadline`. Default 10 s, the proxy's `try_timeout`.
+    #[serde(default, with = "humantime_serde")]
+    pub try_timeout: Option<Duration>,
     /// `[clients.retry_budget]`: each client's retry budget (prequal-core's
     /// [`RetryBudgetConfig`]; default: its defaults).
     #[serde(default)]
@@ -247,7 +251,15 @@ pub struct ClientsSpec {
     pub slow_start: Option<SlowStartConfig>,
 }
 
+/// The proxy's default `try_timeout`, and so the simulator's.
+pub const DEFAULT_TRY_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl ClientsSpec {
+    /// How long one try may wait for its response (`try_timeout`, default 10 s).
+    pub fn try_timeout(&self) -> Duration {
+        self.try_timeout.unwrap_or(DEFAULT_TRY_TIMEOUT)
+    }
+
     /// The balancer keys `[clients]` sets, for every contender.
     pub fn balancer_keys(&self) -> BalancerKeys {
         BalancerKeys {
@@ -530,6 +542,12 @@ impl Scenario {
             return Err(bad(
                 "clients.deadline",
                 "must be above 0 (omit it for no deadline)",
+            ));
+        }
+        if self.clients.try_timeout.is_some_and(|d| d.is_zero()) {
+            return Err(bad(
+                "clients.try_timeout",
+                "must be above 0 (the default is \"10s\")",
             ));
         }
         self.estimator

@@ -104,26 +104,6 @@ fn second_hedge_waits_a_second_delay_and_budget_refusal_is_counted() {
 }
 
 #[test]
-fn error_hedges_go_at_once_within_max_and_budget() {
-    let config = HedgeConfig {
-        ratio: 0.0,
-        min_per_second: 0.1, // one hedge per 10 s window
-        ..HedgeConfig::default()
-    };
-    let mut h = Hedger::new(&config).unwrap();
-    assert_eq!(h.poll_hedge_on_error(0, Time::ZERO), HedgeDecision::Now);
-    assert_eq!(h.poll_hedge_on_error(1, Time::ZERO), HedgeDecision::Never);
-    assert_eq!(h.poll_hedge_on_error(0, Time::ZERO), HedgeDecision::Never);
-    assert_eq!((h.stats().sent, h.stats().refused), (1, 1));
-    let off = HedgeConfig {
-        enabled: false,
-        ..HedgeConfig::default()
-    };
-    let mut h = Hedger::new(&off).unwrap();
-    assert_eq!(h.poll_hedge_on_error(0, Time::ZERO), HedgeDecision::Never);
-}
-
-#[test]
 fn a_loser_that_outlived_the_delay_counts_as_a_timeout() {
     let config = HedgeConfig {
         delay: Some(ms(50)),

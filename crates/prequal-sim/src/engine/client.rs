@@ -48,8 +48,8 @@ struct Request {
     tried: Vec<ReplicaId>,
     /// Hedges decided so far.
     hedges: u32,
-    /// Tries that failed fast: each is replaced without using up a hedge of `max_hedges`.
-    failed: u32,
+    /// Tries sent or being sent so far (the first, hedges and retries): at most `max_attempts`.
+    attempts: u32,
     /// The hedge wake-up armed for this query, if any.
     hedge_at: Option<Time>,
 }
@@ -96,6 +96,8 @@ pub(super) struct Client {
     timer: Option<Time>,
     /// Query deadlines, keyed by query (without hedging) or by request (with it).
     deadlines: Expiries,
+    /// Each try's `try_timeout`, keyed by the try's query key.
+    try_timeouts: Expiries,
     probe_timeouts: Expiries,
     hedging: Option<Hedging>,
 }
@@ -112,6 +114,7 @@ impl Client {
             probes: Slab::default(),
             timer: None,
             deadlines: Expiries::default(),
+            try_timeouts: Expiries::default(),
             probe_timeouts: Expiries::default(),
             hedging: hedging.then(|| Hedging {
                 requests: Slab::default(),

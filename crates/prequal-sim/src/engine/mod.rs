@@ -147,6 +147,8 @@ enum Event {
         error: bool,
     },
     Deadline(u32),
+    /// Tries of the client have been out for `try_timeout` (they wait in its `try_timeouts`).
+    TryTimeout(u32),
     /// A retried query's deadline (first tries' deadlines wait in the client's `deadlines`).
     QueryDeadline {
         client: u32,
@@ -387,6 +389,7 @@ impl<'a> Sim<'a> {
                 error,
             } => self.on_response(client, query, error),
             Event::Deadline(c) => self.on_deadlines(c),
+            Event::TryTimeout(c) => self.on_try_timeouts(c),
             Event::QueryDeadline { client, query } => self.on_deadline(client, query),
             Event::ProbeAtServer {
                 client,

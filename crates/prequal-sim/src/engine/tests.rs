@@ -71,8 +71,9 @@ steps = [{ duration = "3s", level = 400.0 }]
     }
 
     /// Round robin over four replicas: 0 never answers, 1 refuses every query, 2 and 3 are
-    /// healthy. A query must never be left waiting on replica 0 because its other try failed.
-    /// Without retries and ejection, so that only hedging replaces a failed try.
+    /// healthy. A query must never be left waiting on replica 0 because its other try failed:
+    /// a failed try is retried at once beside the hung one, as in the proxy. Without ejection,
+    /// so that only hedges and retries act.
     const HUNG_AND_KILLED: &str = r#"
 contenders = ["round-robin"]
 latency_objective = "1s"
@@ -92,7 +93,7 @@ fault = "killed"
 [clients]
 count = 1
 deadline = "3s"
-max_attempts = 1
+max_attempts = 4
 outlier_ejection = false
 [load]
 steps = [{ duration = "2s", level = 50.0 }]
@@ -384,5 +385,59 @@ steps = [{{ duration = "6s", level = 400.0 }}]
             within(&at_once)
         );
         assert_eq!(at_once.measured.summary.errors, 0);
+    }
+
+    /// Round robin over four replicas at ~10 ms, replica 0 a black hole throughout, no query
+    /// deadline: each try may wait `try_timeout`, then fails as timed out and is retried.
+    fn black_hole(client_keys: &str) -> crate::engine::RunOutput {
+        let text = format!(
+            r#"
+contenders = ["round-robin"]
+latency_objective = "1s"
+[servers]
+count = 4
+latency = {{ kind = "normal", mean = "10ms", sd = "1ms" }}
+[[servers.episodes]]
+servers = [0]
+start = "0s"
+end = "30s"
+fault = "black-hole"
+[clients]
+count = 1
+outlier_ejection = false
+{client_keys}
+[load]
+steps = [{{ duration = "2s", level = 100.0 }}]
+"#
+        );
+        let compiled = Scenario::parse(&text, Path::new("t.toml")).unwrap();
+        let plans = report::plan(&compiled).unwrap();
+        let report = report::run_all(&compiled, &plans, &|_| {}).unwrap();
+        report.runs[0].output.clone()
+    }
+
+    #[test]
+    fn a_hung_try_times_out_and_is_retried() {
+        let quick = black_hole("try_timeout = \"200ms\"");
+        let s = &quick.measured.summary;
+        // Every query succeeds: a quarter wait 200 ms on the black hole, then are retried.
+        assert_eq!(
+            (s.successes, s.timeouts, s.errors),
+            (s.queries, 0, 0),
+            "{s:?}"
+        );
+        let retries = quick.balancer.unwrap().retries;
+        assert!((30..=80).contains(&retries), "{retries} of {}", s.queries);
+        assert!((200.0..300.0).contains(&s.latency_ms.max), "{s:?}");
+        // With the default 10 s, the same queries wait 10 s before their retry.
+        let default = black_hole("");
+        let s = &default.measured.summary;
+        assert_eq!(s.successes, s.queries, "{s:?}");
+        assert!((10_000.0..10_100.0).contains(&s.latency_ms.max), "{s:?}");
+        // A try never outlives the query's deadline: with a 1 s deadline they time out.
+        let deadline = black_hole("deadline = \"1s\"");
+        let s = &deadline.measured.summary;
+        assert!(s.timeouts >= 30 && s.errors == 0, "{s:?}");
+        assert_eq!(deadline.balancer.map_or(0, |b| b.retries), 0);
     }
 }

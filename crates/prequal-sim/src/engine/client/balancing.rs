@@ -15,7 +15,13 @@ impl Sim<'_> {
         let client = &mut self.clients[c as usize];
         let slot = client.queries.get(query)?;
         let tried: (&[ReplicaId], Strict) = match (slot.request, &client.hedging) {
-            (Some(key), Some(h)) => (h.requests.get(key).map_or(&[], |r| &r.tried), Strict::Yes),
+            // A hedge, or a retry beside other tries, must go elsewhere; a retry with no other
+            // try out only prefers a replica not tried (as a retry without hedging).
+            (Some(key), Some(h)) => match h.requests.get(key) {
+                Some(r) if r.tries.len() > 1 => (&r.tried, Strict::Yes),
+                Some(r) => (&r.tried, Strict::No),
+                None => (&[], Strict::No),
+            },
             _ if slot.attempts > 1 => (client.retried.get(&query).map_or(&[], |t| t), Strict::No),
             _ => (&[], Strict::No),
         };

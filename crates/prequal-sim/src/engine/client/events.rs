@@ -56,7 +56,7 @@ impl Sim<'_> {
                     tries: vec![query],
                     tried: Vec::new(),
                     hedges: 0,
-                    failed: 0,
+                    attempts: 1,
                     hedge_at: None,
                 });
                 if let Some(slot) = client.queries.get_mut(query) {
@@ -110,8 +110,8 @@ impl Sim<'_> {
                 .get(query)
                 .and_then(|s| s.request)
                 .and_then(|k| self.clients[c as usize].hedging.as_ref()?.requests.get(k))
-                .is_none_or(|r| !r.tried.contains(&replica)),
-            "a hedge never goes to a replica its query already tried"
+                .is_none_or(|r| r.tries.len() == 1 || !r.tried.contains(&replica)),
+            "a hedge, or a retry beside other tries, never goes to a replica its query tried"
         );
         let client = &mut self.clients[c as usize];
         let Some(slot) = client.queries.get_mut(query) else {
@@ -144,14 +144,23 @@ impl Sim<'_> {
         {
             self.queue.push(at, Event::Deadline(c));
         }
+        // The try's own timeout, unless the query's deadline comes first.
+        let clients = &self.compiled.scenario.clients;
+        let try_at = now + clients.try_timeout();
+        if clients.deadline.is_none_or(|d| try_at < issued + d)
+            && let Some(at) = self.clients[c as usize].try_timeouts.push(try_at, query)
+        {
+            self.queue.push(at, Event::TryTimeout(c));
+        }
         if let Some(key) = request {
             self.arm_hedge(c, key);
         }
     }
 
     /// Finishes `query` at the client with `outcome`, telling the balancer and the recorder;
-    /// an error is retried instead while the balancer admits it.
-    fn complete(&mut self, c: u32, query: u64, outcome: Outcome) {
+    /// a failed try (an error, or a try timeout when `retry` says so) is retried instead while
+    /// the balancer admits it.
+    fn complete(&mut self, c: u32, query: u64, outcome: Outcome, retry: bool) {
         let now = self.now;
         let client = &mut self.clients[c as usize];
         let Some(slot) = client.queries.get(query).copied() else {
@@ -170,7 +179,7 @@ impl Sim<'_> {
             outcome,
         };
         self.settle(c, slot.replica, &completion);
-        if outcome == Outcome::Error && self.retry(c, query, slot) {
+        if retry && outcome != Outcome::Success && self.retry(c, query, slot) {
             return;
         }
         let client = &mut self.clients[c as usize];
@@ -190,7 +199,7 @@ impl Sim<'_> {
         } else {
             Outcome::Success
         };
-        self.complete(c, query, outcome);
+        self.complete(c, query, outcome, true);
     }
 
     pub(in crate::engine) fn on_deadlines(&mut self, c: u32) {
@@ -226,7 +235,41 @@ impl Sim<'_> {
         if let Some(server_slot) = slot.server_slot {
             self.cancel_at_server(slot.replica, server_slot, c, query, Outcome::Timeout);
         }
-        self.complete(c, query, Outcome::Timeout);
+        self.complete(c, query, Outcome::Timeout, false);
+    }
+
+    pub(in crate::engine) fn on_try_timeouts(&mut self, c: u32) {
+        let mut due = std::mem::take(&mut self.expired);
+        let client = &mut self.clients[c as usize];
+        let queries = &client.queries;
+        let out = |key: u64| queries.get(key).is_some_and(|s| s.dispatched.is_some());
+        if let Some(at) = client.try_timeouts.pop_due(self.now, &mut due, out) {
+            self.queue.push(at, Event::TryTimeout(c));
+        }
+        for &query in &due {
+            self.on_try_timeout(c, query);
+        }
+        due.clear();
+        self.expired = due;
+    }
+
+    /// Try `query` of client `c` has had no response for `try_timeout`: the client gives up on
+    /// it (its replica drops the work) and it fails as timed out, to be retried (or replaced,
+    /// with hedging) like an error.
+    fn on_try_timeout(&mut self, c: u32, query: u64) {
+        let Some(slot) = self.clients[c as usize].queries.get(query).copied() else {
+            return;
+        };
+        if slot.dispatched.is_none() {
+            return;
+        }
+        if let Some(server_slot) = slot.server_slot {
+            self.cancel_at_server(slot.replica, server_slot, c, query, Outcome::Timeout);
+        }
+        match slot.request {
+            Some(key) => self.complete_try(c, key, query, Outcome::Timeout),
+            None => self.complete(c, query, Outcome::Timeout, true),
+        }
     }
 
     /// Drains decisions and probes the policy has ready and re-arms its timer.

@@ -3,7 +3,9 @@
 //! it to a replica the query has not tried), the first success wins, and the other tries are
 //! cancelled at their replicas and reported to the policy.
 
-use prequal_core::{Completion, HedgeDecision, Outcome, Pick, Query, QueryId, ReplicaId};
+use prequal_core::{
+    Completion, HedgeDecision, Outcome, Pick, Query, QueryId, ReplicaId, RetryDecision,
+};
 
 use super::Slot;
 use crate::engine::{Event, Sim};
@@ -49,13 +51,14 @@ impl Sim<'_> {
         if request.hedge_at.is_some() {
             return; // Armed already.
         }
-        // Tries that failed fast were replaced at once and do not count against `max_hedges`.
-        let unspent = request.hedges.saturating_sub(request.failed);
+        if request.attempts >= client.balancer.max_attempts() {
+            return; // Hedges are tries: `max_attempts` bounds them, as in the proxy.
+        }
         // None: nowhere to go. A hedge only goes to a replica not yet tried, and one with
         // nowhere to go is neither charged nor counted (as in the proxy).
         let decision = client
             .balancer
-            .poll_hedge(first_sent, unspent, &request.tried, now);
+            .poll_hedge(first_sent, request.hedges, &request.tried, now);
         match decision {
             None | Some(HedgeDecision::Never) => {}
             Some(HedgeDecision::At(at)) => {
@@ -89,8 +92,8 @@ impl Sim<'_> {
         self.service_client(c);
     }
 
-    /// Sends one more try of request `key`: the policy picks, a replica already tried is
-    /// replaced in `dispatch`.
+    /// Sends one more try of request `key` (a hedge, or a retry of a failed try): the policy
+    /// picks, a replica already tried is replaced in `dispatch`.
     pub(in crate::engine) fn send_hedge(&mut self, c: u32, key: u64) {
         let now = self.now;
         let client = &mut self.clients[c as usize];
@@ -117,6 +120,7 @@ impl Sim<'_> {
             .and_then(|h| h.requests.get_mut(key))
         {
             request.tries.push(query);
+            request.attempts += 1;
         }
         let q = Query {
             id: QueryId(query),
@@ -201,28 +205,31 @@ impl Sim<'_> {
             return;
         };
         request.tries.retain(|&t| t != query);
-        if outcome == Outcome::Error {
-            // A try that failed fast is replaced at once, on a replica the query has not tried,
-            // if the budget allows (gRPC's hedging on a non-fatal status), also while another
-            // try is still out: that one may be stuck on a hung replica, and the proxy, too,
-            // retries a failed try beside the others. A failed try does not use up one of
-            // `max_hedges`; the budget and the replicas not yet tried bound the replacements.
-            // Without one, the query waits for its other tries, or fails with none out.
-            request.failed += 1;
+        if outcome != Outcome::Success {
+            // A failed try (an error, or its `try_timeout`) is retried as the proxy does, within
+            // `max_attempts` and the retry budget: at once, on a replica the query has not
+            // tried, while another try is still out (that one may be stuck on a hung replica);
+            // with none out, on any replica, preferring untried ones. Otherwise the query waits
+            // for its other tries, or fails with none out.
             let waiting = !request.tries.is_empty();
-            let unspent = request.hedges.saturating_sub(request.failed);
-            let room = client.balancer.has_untried(&request.tried);
-            let hedge_now = room
-                && client
-                    .balancer
-                    .hedger_mut()
-                    .poll_hedge_on_error(unspent, now)
-                    == HedgeDecision::Now;
-            request.hedges += u32::from(hedge_now);
-            if hedge_now {
+            let attempts = request.attempts;
+            let room = !waiting || client.balancer.has_untried(&request.tried);
+            let retry = room
+                && match client.balancer.try_retry(attempts, now) {
+                    RetryDecision::Retry => {
+                        client.counts.retries += 1;
+                        true
+                    }
+                    RetryDecision::OverBudget => {
+                        client.counts.retries_refused += 1;
+                        false
+                    }
+                    RetryDecision::NoAttemptsLeft => false,
+                };
+            if retry {
                 self.send_hedge(c, key);
             }
-            if waiting || hedge_now {
+            if waiting || retry {
                 self.service_client(c);
                 return;
             }
