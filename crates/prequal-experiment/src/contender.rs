@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use prequal_core::{HedgeConfig, PolicyConfig};
 use prequal_model::scenario::BalancerKeys;
@@ -212,12 +213,13 @@ pub struct Instance {
 }
 
 /// Writes the instance's config file and returns the command that runs it in the foreground.
+/// `try_timeout` is the scenario's `clients.try_timeout`, given to a prequal proxy when set.
 pub fn command(
     balancer: &Balancer,
     instance: &Instance,
     replicas: &[SocketAddr],
-    prequal_exe: &Path,
-    program: Option<&Path>,
+    (prequal_exe, program): (&Path, Option<&Path>),
+    try_timeout: Option<Duration>,
 ) -> Result<Option<Command>, ExperimentError> {
     let write = |name: &str, text: String| -> Result<PathBuf, ExperimentError> {
         let path = instance.dir.join(name);
@@ -233,7 +235,12 @@ pub fn command(
         Balancer::Prequal(policy, hedge, keys) => {
             let path = write(
                 "prequal.toml",
-                prequal_config(policy, (hedge.as_ref(), keys), instance, replicas)?,
+                prequal_config(
+                    policy,
+                    (hedge.as_ref(), keys, try_timeout),
+                    instance,
+                    replicas,
+                )?,
             )?;
             let mut cmd = Command::new(prequal_exe);
             cmd.arg("proxy")
@@ -294,10 +301,11 @@ fn peer_keys() -> BalancerKeys {
 /// connections are kept for every request a slow replica may hold, slow start is off (every
 /// replica is new at once, as for HAProxy and nginx) unless the scenario sets it, hedging is
 /// `hedge` (off without one), the balancer keys the scenario sets (`max_attempts`, `outlier`,
-/// ...) are written as they are, the rest is the proxy's defaults: what the simulator runs.
+/// ...) and its `try_timeout` are written as they are, the rest is the proxy's defaults: what
+/// the simulator runs.
 fn prequal_config(
     policy: &PolicyConfig,
-    (hedge, keys): (Option<&HedgeConfig>, &BalancerKeys),
+    (hedge, keys, try_timeout): (Option<&HedgeConfig>, &BalancerKeys, Option<Duration>),
     instance: &Instance,
     replicas: &[SocketAddr],
 ) -> Result<String, ExperimentError> {
@@ -338,6 +346,10 @@ fn prequal_config(
         message: format!("cannot write the balancer keys: {e}"),
     })?;
     cluster.extend(keys);
+    if let Some(t) = try_timeout {
+        let text = humantime::format_duration(t).to_string();
+        cluster.insert("try_timeout".into(), toml::Value::String(text));
+    }
     let mut server = toml::Table::new();
     server.insert(
         "listen".into(),
@@ -519,7 +531,7 @@ mod tests {
     fn prequal_config_is_a_valid_proxy_config() {
         let policy = PolicyConfig::from_name("prequal").unwrap();
         let keys = BalancerKeys::default();
-        let text = prequal_config(&policy, (None, &keys), &instance(), &replicas()).unwrap();
+        let text = prequal_config(&policy, (None, &keys, None), &instance(), &replicas()).unwrap();
         let table: toml::Table = toml::from_str(&text).unwrap();
         assert_eq!(
             table["clusters"]["default"]["policy"]["name"].as_str(),
@@ -545,8 +557,13 @@ mod tests {
             outlier_ejection: Some(false),
             ..BalancerKeys::default()
         };
-        let text =
-            prequal_config(&policy, (Some(&hedge), &keys), &instance(), &replicas()).unwrap();
+        let text = prequal_config(
+            &policy,
+            (Some(&hedge), &keys, Some(Duration::from_millis(1500))),
+            &instance(),
+            &replicas(),
+        )
+        .unwrap();
         let table: toml::Table = toml::from_str(&text).unwrap();
         let written: HedgeConfig = table["clusters"]["default"]["hedge"]
             .clone()
@@ -559,5 +576,6 @@ mod tests {
         // The balancer keys the scenario set, too.
         let cluster = &config.clusters["default"];
         assert_eq!((cluster.max_attempts, cluster.outlier_ejection), (1, false));
+        assert_eq!(cluster.try_timeout, Duration::from_millis(1500));
     }
 }

@@ -443,8 +443,8 @@ fn run_one(
             &contender.balancer,
             &instance,
             &addrs,
-            &options.prequal_exe,
-            program.as_deref(),
+            (&options.prequal_exe, program.as_deref()),
+            compiled.scenario.clients.try_timeout,
         )?
         else {
             continue;
