@@ -116,26 +116,6 @@ pub fn load_and_watch<T: Reload>(
     (loaded, watcher.into_watch(target, interval))
 }
 
-/// Watches `target`'s files every `interval` (not at all when it is zero) on the current
-/// runtime (not at all outside one), taking what is on disk now as loaded.
-pub fn spawn<T: Reload>(target: &Arc<T>, interval: Duration) {
-    spawn_on_current(from_now(target, interval));
-}
-
-/// Loads `target`'s files now, then watches them as [`spawn`] does. If this first load fails,
-/// its error is logged (and returned), and the watcher tries again at its first poll.
-pub fn load_and_spawn<T: Reload>(target: &Arc<T>, interval: Duration) -> Result<(), T::Error> {
-    let (loaded, watch) = load_and_watch(target, interval);
-    spawn_on_current(watch);
-    loaded
-}
-
-fn spawn_on_current(watch: Watch) {
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(watch);
-    }
-}
-
 /// Runs the watch of `target`'s files as this future, taking what is on disk when it is first
 /// polled as loaded, until the target is dropped (or the future is). For a caller that owns
 /// the target only through this future, such as `prequal proxy`'s config watcher.
