@@ -20,7 +20,8 @@
 //!   [`serve()`] for a tower service with HTTP/1.1 and h2c on one listener.
 //! - [`signal`]: [`shutdown_signal`], SIGINT or SIGTERM.
 //! - [`watch`]: polling files for change (modification time and size) and reloading what was
-//!   built from them, one rule for TLS certificates, the proxy's config file and replica lists.
+//!   built from them, one rule for TLS certificates, the proxy's config file and replica lists;
+//!   a watch is a future for the caller to spawn, never a task started here.
 //! - `tls` (cargo feature `tls`): TLS with rustls shared by the sidecar and the proxy: PEM
 //!   files with errors naming the setting and the path, listener configs with ALPN and client
 //!   certificates, the bounded handshake, reload on file change, and `serve_tls`.

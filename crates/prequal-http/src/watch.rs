@@ -13,12 +13,20 @@
 //! up on a version after one failure, and its replica-file watcher logged at every poll; all
 //! three follow this rule now.
 //!
-//! The watcher holds a weak reference to its target and ends once the target is dropped (a
-//! cluster replaced by a reload, a listener's TLS when the listener goes).
+//! A watch is a future ([`Watch`], or [`watch()`]), never a task this module spawns: what starts
+//! one ([`from_now`] after its own load, [`load_and_watch`] loading first) returns it, and the
+//! caller hands it to whoever owns the runtime (the proxy's server spawns it as background
+//! work, `prequal sidecar` on its runtime). So nothing here needs a runtime, and no watch is
+//! silently left out when there is none. The watcher holds a weak reference to its target and
+//! ends once the target is dropped (a cluster replaced by a reload, a listener's TLS when the
+//! listener goes).
 
 use std::fmt;
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 /// Something loaded from files that can read them again.
@@ -49,21 +57,47 @@ impl Version {
     }
 }
 
-/// Watches `target`'s files every `interval` (not at all when it is zero) on the current
-/// runtime (not at all outside one), taking what is on disk now as loaded.
-pub fn spawn<T: Reload>(target: &Arc<T>, interval: Duration) {
+/// A file watch to run: a future that polls its target's files every interval and reloads the
+/// target when they change, until the target is dropped. Nothing here spawns it: the
+/// constructor that starts a watch returns it, and whoever owns the runtime spawns it (with
+/// `tokio::spawn`, say). It holds only a weak reference to its target, so it keeps nothing
+/// alive; with a zero interval it ends at once.
+#[must_use = "a file watch does nothing until it is spawned"]
+pub struct Watch(Pin<Box<dyn Future<Output = ()> + Send + 'static>>);
+
+impl Future for Watch {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.0.as_mut().poll(cx)
+    }
+}
+
+impl fmt::Debug for Watch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Watch")
+    }
+}
+
+/// The watch of `target`'s files every `interval` (none when it is zero), taking what is on
+/// disk now, when this is called, as loaded: for a target that has just read its files.
+pub fn from_now<T: Reload>(target: &Arc<T>, interval: Duration) -> Watch {
     let files = target.files();
     let watcher = Watcher {
         loaded: Some(Version::of(&files)),
         refused: None,
         files,
     };
-    spawn_watcher(target, watcher, interval);
+    watcher.into_watch(target, interval)
 }
 
-/// Loads `target`'s files now, then watches them as [`spawn`] does. If this first load fails,
-/// its error is logged (and returned), and the watcher tries again at its first poll.
-pub fn load_and_spawn<T: Reload>(target: &Arc<T>, interval: Duration) -> Result<(), T::Error> {
+/// Loads `target`'s files now, and returns how that went together with their watch, as
+/// [`from_now`] would. If this first load fails, its error is logged (and returned), and the
+/// watch tries again at its first poll.
+pub fn load_and_watch<T: Reload>(
+    target: &Arc<T>,
+    interval: Duration,
+) -> (Result<(), T::Error>, Watch) {
     let files = target.files();
     let version = Version::of(&files);
     let mut watcher = Watcher {
@@ -79,13 +113,12 @@ pub fn load_and_spawn<T: Reload>(target: &Arc<T>, interval: Duration) -> Result<
             watcher.refused = Some(version);
         }
     }
-    spawn_watcher(target, watcher, interval);
-    loaded
+    (loaded, watcher.into_watch(target, interval))
 }
 
 /// Runs the watch of `target`'s files as this future, taking what is on disk when it is first
 /// polled as loaded, until the target is dropped (or the future is). For a caller that owns
-/// the task, such as `prequal proxy`'s config watcher.
+/// the target only through this future, such as `prequal proxy`'s config watcher.
 pub async fn watch<T: Reload>(target: Weak<T>, interval: Duration) {
     let Some(files) = target.upgrade().map(|t| t.files()) else {
         return;
@@ -98,12 +131,6 @@ pub async fn watch<T: Reload>(target: Weak<T>, interval: Duration) {
     watcher.run(target, interval).await;
 }
 
-fn spawn_watcher<T: Reload>(target: &Arc<T>, watcher: Watcher, interval: Duration) {
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(watcher.run(Arc::downgrade(target), interval));
-    }
-}
-
 /// The files of one target, the version last loaded, and the last version refused.
 struct Watcher {
     files: Vec<PathBuf>,
@@ -112,6 +139,10 @@ struct Watcher {
 }
 
 impl Watcher {
+    fn into_watch<T: Reload>(self, target: &Arc<T>, interval: Duration) -> Watch {
+        Watch(Box::pin(self.run(Arc::downgrade(target), interval)))
+    }
+
     async fn run<T: Reload>(mut self, target: Weak<T>, interval: Duration) {
         if interval.is_zero() {
             return;

@@ -1,6 +1,6 @@
 //! Background work: what a part of the proxy needs running for as long as it lives (a
-//! cluster's timer, a DNS watch), returned by its constructor as futures instead of spawned
-//! there. The server spawns them on the runtime it serves from, so a constructor neither needs
+//! cluster's timer, its discovery watch of a file or DNS name, the watch of a cluster's or the
+//! listener's TLS files), returned by its constructor as futures instead of spawned there. The server spawns them on the runtime it serves from, so a constructor neither needs
 //! a runtime nor, outside one, silently leaves its timers out. Each future holds a weak
 //! reference to its owner and ends once the owner is dropped (a cluster replaced by a reload).
 

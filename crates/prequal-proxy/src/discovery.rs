@@ -33,18 +33,15 @@ pub fn parse_list(text: &str) -> Vec<String> {
 }
 
 /// Starts discovery for `cluster` as its config says: sets the static list, or reads the
-/// replica file now (so the cluster starts with its replicas) and watches it, or returns the
-/// DNS watch for the caller to spawn.
-///
-/// The file watch is prequal-http's, which spawns itself on the current runtime (and does not
-/// run outside one); call this within the runtime that is to run it.
+/// replica file now (so the cluster starts with its replicas) and returns its watch
+/// (prequal-http's file watch), or returns the DNS watch; a watch is for the caller to spawn.
 pub fn start(cluster: &Arc<Cluster>) -> Background {
     let config = cluster.config();
     let interval = config.discovery_interval;
     if config.upstreams_file.is_some() {
         // A failure is logged, and the watch tries again.
-        let _ = watch::load_and_spawn(cluster, interval);
-        Background::none()
+        let (_, watch) = watch::load_and_watch(cluster, interval);
+        Background::one(watch)
     } else if let Some(name) = config.upstreams_dns.clone() {
         Background::one(watch_dns(Arc::downgrade(cluster), name, interval))
     } else {

@@ -43,9 +43,8 @@ pub enum BuildError {
 
 impl Routing {
     /// Builds the table for `config` (validated), reusing unchanged clusters from `previous`.
-    /// Returns it with the background work of its new clusters (their timers and DNS
-    /// watches), for the caller to spawn. A cluster's `upstreams_file` and TLS files are
-    /// watched by prequal-http's watch, which spawns itself on the current runtime.
+    /// Returns it with the background work of its new clusters (their timers, and the watches
+    /// of their `upstreams_file`, DNS name and TLS files), for the caller to spawn.
     pub fn build(
         config: &ProxyConfig,
         previous: Option<&Routing>,
@@ -63,7 +62,11 @@ impl Routing {
                 None => {
                     let tls = match &cluster_config.tls {
                         None => None,
-                        Some(tls) => Some(ClientTls::load(name, tls, cluster_config.protocol)?),
+                        Some(tls) => {
+                            let (tls, watch) = ClientTls::load(name, tls, cluster_config.protocol)?;
+                            background.add(watch);
+                            Some(tls)
+                        }
                     };
                     let (cluster, timer) = Cluster::new(
                         name,

@@ -92,8 +92,9 @@ impl ProxyHandle {
         if config.server != old.config().server || config.admin != old.config().admin {
             tracing::warn!("[server] and [admin] changes take effect only after a restart");
         }
-        // Within the proxy's runtime, wherever this is called from: the file watches that
-        // building starts spawn themselves on the current runtime.
+        // Within the proxy's runtime, wherever this is called from, so that building reads the
+        // time on its clock (tokio's, which a test may pause); the background work that
+        // building returns is spawned there below.
         let runtime = self.shared.runtime();
         let _entered = runtime.enter();
         let clock = self.shared.clock();
@@ -144,13 +145,17 @@ impl Proxy {
                 })?)
             }
         };
-        let tls = match &config.server.tls {
-            None => None,
-            Some(tls) => Some(Arc::new(ServerTls::load(tls)?)),
+        let (tls, tls_watch) = match &config.server.tls {
+            None => (None, Background::none()),
+            Some(tls) => {
+                let (tls, watch) = ServerTls::load(tls)?;
+                (Some(Arc::new(tls)), watch)
+            }
         };
         let clock = Clock::start();
         let metrics = Arc::new(Metrics::new());
-        let (routing, background) = Routing::build(config, None, clock, &metrics)?;
+        let (routing, mut background) = Routing::build(config, None, clock, &metrics)?;
+        background.add(tls_watch);
         let access_log = match &config.server.access_log {
             None => None,
             Some(path) => Some(
@@ -349,7 +354,8 @@ impl Worker {
     }
 }
 
-/// Spawns the clusters' timers and DNS watches on `runtime`.
+/// Spawns background work (the clusters' timers, the discovery and TLS file watches) on
+/// `runtime`.
 fn spawn(runtime: &tokio::runtime::Handle, background: Background) {
     for task in background.into_tasks() {
         runtime.spawn(task);

@@ -39,7 +39,8 @@ struct TlsReplica {
 
 impl TlsReplica {
     async fn start(config: &ReplicaTlsConfig) -> TlsReplica {
-        let tls = ReplicaTls::load(config).unwrap();
+        let (tls, watch) = ReplicaTls::load(config).unwrap();
+        tokio::spawn(watch);
         let backend = Backend::start_replica_tls(Arc::clone(&tls)).await;
         TlsReplica {
             addr: backend.addr,

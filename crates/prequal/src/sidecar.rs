@@ -121,10 +121,13 @@ async fn listen_and_serve(
     service: ProbeService<Forward>,
     tls: Option<ReplicaTlsConfig>,
 ) -> Result<()> {
-    // Loaded inside the runtime, where the file watch can start.
     let tls = match &tls {
         Some(config) => {
-            Some(ReplicaTls::load(config).context("prequal sidecar: cannot load the TLS files")?)
+            let (tls, watch) =
+                ReplicaTls::load(config).context("prequal sidecar: cannot load the TLS files")?;
+            // The file watch runs on this runtime until the TLS is dropped.
+            tokio::spawn(watch);
+            Some(tls)
         }
         None => None,
     };

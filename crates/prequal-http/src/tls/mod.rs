@@ -11,10 +11,11 @@
 //! - [`handshake`]: a server handshake bounded by a timeout, failures logged at debug level.
 //! - file watching: every type here that is built from files implements
 //!   [`watch::Reload`](crate::watch::Reload), so [`crate::watch`] reloads it when they change;
-//!   a reload that fails keeps what is in force and is tried again.
+//!   a reload that fails keeps what is in force and is tried again. The watch is a future
+//!   ([`Watch`]) that the constructor returns and the caller spawns; nothing here spawns a task.
 //! - [`ReplicaTls`]: a listener's TLS from one certificate and key and an optional client CA,
-//!   reloaded on file change: what `prequal sidecar --tls-cert` serves with
-//!   ([`serve_tls`](crate::serve_tls)).
+//!   reloaded on file change once the caller spawns the [`Watch`] that [`ReplicaTls::load`]
+//!   returns: what `prequal sidecar --tls-cert` serves with ([`serve_tls`](crate::serve_tls)).
 //!
 //! Every config is built with the `ring` provider named explicitly ([`provider`]), never the
 //! process default, so a dependency that enables another provider cannot make the choice
@@ -37,3 +38,6 @@ pub use self::replica::{
     DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_WATCH_INTERVAL, FileLabels, ReplicaTls, ReplicaTlsConfig,
 };
 pub use self::server::server_config;
+/// The file watch [`ReplicaTls::load`] returns (re-exported from [`crate::watch`], so that a
+/// replica using `prequal_server::tls` can name it).
+pub use crate::watch::Watch;

@@ -1,7 +1,8 @@
 //! A replica's listener TLS: one certificate and key, and optionally a client CA whose
 //! certificates every client must present (mutual TLS, so that only the proxy gets through).
-//! The files are polled every `watch_interval`; on a change all of them are read again and
-//! the next handshake uses them, while connections already open keep theirs.
+//! The files are polled every `watch_interval` by the watch [`ReplicaTls::load`] returns (for
+//! the caller to spawn); on a change all of them are read again and the next handshake uses
+//! them, while connections already open keep theirs.
 
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
@@ -14,7 +15,7 @@ use tokio_rustls::TlsAcceptor;
 use super::error::TlsError;
 use super::pem::{PemFile, certified_key};
 use super::server::server_config;
-use crate::watch;
+use crate::watch::{self, Watch};
 
 /// How often the files are checked for change, unless configured.
 pub const DEFAULT_WATCH_INTERVAL: Duration = Duration::from_secs(5);
@@ -113,14 +114,16 @@ pub struct ReplicaTls {
 }
 
 impl ReplicaTls {
-    /// Reads the files and (inside a tokio runtime) starts watching them for change.
-    pub fn load(config: &ReplicaTlsConfig) -> Result<Arc<Self>, TlsError> {
+    /// Reads the files. Returns the TLS with the watch of its files (every `watch_interval`),
+    /// for the caller to spawn on its runtime: until it runs, a change is not picked up. The
+    /// watch ends once the TLS is dropped.
+    pub fn load(config: &ReplicaTlsConfig) -> Result<(Arc<Self>, Watch), TlsError> {
         let tls = Arc::new(ReplicaTls {
             server: RwLock::new(Arc::new(config.build()?)),
             config: config.clone(),
         });
-        watch::spawn(&tls, config.watch_interval);
-        Ok(tls)
+        let watch = watch::from_now(&tls, config.watch_interval);
+        Ok((tls, watch))
     }
 
     /// Reads the files again and, if all of them are good, uses them from the next handshake

@@ -14,6 +14,7 @@ use prequal_http::tls::{PemFile, TlsError, certified_key, server_config};
 use prequal_http::watch;
 
 use super::config::ServerTlsConfig;
+use crate::background::Background;
 
 /// The listener's TLS: what accepts handshakes, and the certificates it serves.
 #[derive(Debug)]
@@ -24,9 +25,10 @@ pub struct ServerTls {
 }
 
 impl ServerTls {
-    /// Reads every certificate and key of `config`, and (inside a tokio runtime) starts
-    /// watching the files for change.
-    pub fn load(config: &ServerTlsConfig) -> Result<Self, TlsError> {
+    /// Reads every certificate and key of `config`. Returns the TLS with the watch of its files
+    /// (every `watch_interval`) as background work for the caller to spawn; the watch ends once
+    /// the TLS is dropped.
+    pub fn load(config: &ServerTlsConfig) -> Result<(Self, Background), TlsError> {
         let resolver = Arc::new(SniResolver {
             certs: RwLock::new(Arc::new(Certs::load(config)?)),
             config: config.clone(),
@@ -40,12 +42,13 @@ impl ServerTls {
             Arc::clone(&resolver) as Arc<dyn ResolvesServerCert>,
             client_ca,
         )?;
-        watch::spawn(&resolver, config.watch_interval);
-        Ok(ServerTls {
+        let watch = watch::from_now(&resolver, config.watch_interval);
+        let tls = ServerTls {
             server: Arc::new(server),
             resolver,
             handshake_timeout: config.handshake_timeout,
-        })
+        };
+        Ok((tls, Background::one(watch)))
     }
 
     /// Reads the files again and, if all of them are good, serves the new certificates from

@@ -14,6 +14,7 @@ use prequal_http::tls::{ALPN_H2, ALPN_HTTP1, PemFile, TlsError, certified_key, p
 use prequal_http::watch;
 
 use super::config::UpstreamTlsConfig;
+use crate::background::Background;
 use crate::config::UpstreamProtocol;
 
 /// One cluster's client-side TLS, shared by its connection pools (requests and probes, every
@@ -31,13 +32,14 @@ pub struct ClientTls {
 
 impl ClientTls {
     /// Reads the CA bundle (or the system's roots) and the client certificate of cluster
-    /// `cluster`, and (inside a tokio runtime) starts watching the files for change. The
-    /// config must have been validated.
+    /// `cluster`; the config must have been validated. Returns the TLS with the watch of its
+    /// files (every `watch_interval`) as background work for the caller to spawn; the watch
+    /// ends once the TLS is dropped.
     pub fn load(
         cluster: &str,
         config: &UpstreamTlsConfig,
         protocol: UpstreamProtocol,
-    ) -> Result<Arc<Self>, TlsError> {
+    ) -> Result<(Arc<Self>, Background), TlsError> {
         let prefix = format!("clusters.{cluster}.tls");
         let server_name = match &config.server_name {
             None => None,
@@ -58,8 +60,8 @@ impl ClientTls {
             server_name,
             client: RwLock::new(Arc::new(client)),
         });
-        watch::spawn(&tls, config.watch_interval);
-        Ok(tls)
+        let watch = watch::from_now(&tls, config.watch_interval);
+        Ok((tls, Background::one(watch)))
     }
 
     /// Reads the files again and, if all of them are good, uses them from the next connection
