@@ -35,13 +35,14 @@ use tower::discover::{Change, Discover};
 use tower::ready_cache::ReadyCache;
 use tower::ready_cache::error::Failed;
 
+use crate::Builder;
+use crate::box_error::BoxError;
 use crate::driver::Driver;
 use crate::error::{DiscoverError, NotReady};
 use crate::probe::{MakeProbe, SendProbe, ThroughEndpoint, erase};
 use crate::replica::ReplicaKeys;
 use crate::response::{ResponseBody, ResponseFuture};
 use crate::rif::InFlight;
-use crate::{BoxError, Builder};
 
 /// Times the policy is asked per request before a ready endpoint is taken at random.
 const MAX_PICKS: usize = 2;

@@ -14,7 +14,7 @@ use prequal_http::protocol::probe_path_and_query;
 use tower::Service;
 
 use super::{MakeProbe, Probe, read_reply};
-use crate::BoxError;
+use crate::box_error::BoxError;
 
 /// A [`MakeProbe`] that probes each replica over a hyper-util client of its own, at
 /// `http://{key}/.prequal/probe?v=1`, where `{key}` is the discovery key written with

@@ -58,7 +58,7 @@ use tower::{Service, ServiceExt};
 
 pub use self::client::{HttpProbe, HttpProber};
 pub use self::endpoint::{EndpointProbe, ThroughEndpoint};
-use crate::BoxError;
+use crate::box_error::BoxError;
 
 /// Builds the probe service of each endpoint that discovery inserts.
 ///
