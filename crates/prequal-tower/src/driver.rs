@@ -32,7 +32,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::probe::{ProbeFuture, SendProbe};
-use crate::prober::{Outbox, Slot};
+use crate::probe_slot::{Outbox, Slot};
 
 /// Probe timeout for policies that do not name one (they never probe, so it is only a bound).
 const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_millis(100);

@@ -113,6 +113,7 @@ mod driver;
 pub mod endpoint;
 pub mod error;
 pub mod probe;
+mod probe_slot;
 mod prober;
 mod replica;
 pub mod response;
