@@ -29,19 +29,19 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use http_body::Body;
-use prequal_core::{ConfigError, Pick, PolicyConfig, QueryId, ReplicaId, Snapshot};
+use prequal_core::{Pick, QueryId, ReplicaId, Snapshot};
 use tower::Service;
 use tower::discover::{Change, Discover};
 use tower::ready_cache::ReadyCache;
 use tower::ready_cache::error::Failed;
 
+use crate::box_error::BoxError;
 use crate::driver::Driver;
 use crate::error::{DiscoverError, NotReady};
-use crate::probe::{MakeProbe, SendProbe, ThroughEndpoint, erase};
+use crate::probe::{MakeProbe, SendProbe, erase};
 use crate::replica::ReplicaKeys;
 use crate::response::{ResponseBody, ResponseFuture};
 use crate::rif::InFlight;
-use crate::{BoxError, Builder};
 
 /// Times the policy is asked per request before a ready endpoint is taken at random.
 const MAX_PICKS: usize = 2;
@@ -108,16 +108,7 @@ where
     D: Discover,
     D::Key: Hash,
 {
-    /// A balancer over `discover` running `policy` with every other setting at its default
-    /// (see [`Builder`]), probing each replica through its endpoint service.
-    pub fn new(discover: D, policy: PolicyConfig) -> Result<Self, ConfigError>
-    where
-        B: 'static,
-        D::Service: Service<Request<B>>,
-        ThroughEndpoint<B>: MakeProbe<D::Key, D::Service>,
-    {
-        Builder::new(policy).build(discover)
-    }
+    // `Balance::new` is in builder.rs, beside the `Builder` it is a shortcut for.
 
     pub(crate) fn from_parts<P>(discover: D, driver: Driver, prober: P) -> Self
     where

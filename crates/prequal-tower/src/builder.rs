@@ -8,7 +8,7 @@ use rand::{RngCore, SeedableRng};
 use tower::Service;
 use tower::discover::Discover;
 
-use crate::Balance;
+use crate::balance::Balance;
 use crate::driver::{Driver, ProbeLimits};
 use crate::probe::{MakeProbe, ThroughEndpoint};
 
@@ -133,6 +133,23 @@ impl Builder {
             .unwrap_or_else(|| Box::new(SmallRng::seed_from_u64(random_seed())));
         let driver = Driver::new(balancer, rng, self.limits);
         Ok(Balance::from_parts(discover, driver, prober))
+    }
+}
+
+impl<D, B> Balance<D, B>
+where
+    D: Discover,
+    D::Key: std::hash::Hash,
+{
+    /// A balancer over `discover` running `policy` with every other setting at its default
+    /// (see [`Builder`]), probing each replica through its endpoint service.
+    pub fn new(discover: D, policy: PolicyConfig) -> Result<Self, ConfigError>
+    where
+        B: 'static,
+        D::Service: Service<Request<B>>,
+        ThroughEndpoint<B>: MakeProbe<D::Key, D::Service>,
+    {
+        Builder::new(policy).build(discover)
     }
 }
 

@@ -107,22 +107,22 @@
 #![deny(missing_docs)]
 
 pub mod balance;
+mod box_error;
 pub mod builder;
 mod driver;
 pub mod endpoint;
 pub mod error;
 pub mod probe;
+mod probe_slot;
 mod prober;
 mod replica;
 pub mod response;
 mod rif;
 
 pub use balance::{Balance, Handle};
+pub use box_error::BoxError;
 pub use builder::Builder;
 pub use endpoint::HttpEndpoint;
 pub use error::{DiscoverError, NotReady};
 pub use probe::{HttpProber, MakeProbe, ThroughEndpoint};
 pub use response::{ResponseBody, ResponseFuture};
-
-/// A boxed error, as tower and hyper pass them around.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

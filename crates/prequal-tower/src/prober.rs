@@ -22,7 +22,6 @@
 //! nothing refers to the policy any more).
 
 use std::pin::pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -31,6 +30,7 @@ use tokio::sync::Notify;
 
 use crate::driver::Driver;
 use crate::probe::ProbeFuture;
+use crate::probe_slot::{Outbox, Slot};
 
 /// How long a probe that timed out may still take to finish, for its connection's sake.
 pub const PROBE_LINGER: Duration = Duration::from_secs(1);
@@ -40,44 +40,6 @@ const MIN_TIMER_STEP: Duration = Duration::from_micros(50);
 
 /// Rounds of "report failures, drain again" when probes cannot be started at all.
 const MAX_FAILURE_ROUNDS: usize = 2;
-
-/// Probes to send, each with its future and the slots it holds.
-pub(crate) type Outbox = Vec<(ProbeRequest, (ProbeFuture, Slot))>;
-
-/// One probe counted as out, at its replica and at its balancer, until dropped.
-pub(crate) struct Slot([Arc<AtomicUsize>; 2]);
-
-impl Slot {
-    /// Counts one more probe on both counters, unless either is at its limit.
-    pub(crate) fn take(counters: [&Arc<AtomicUsize>; 2], limits: [usize; 2]) -> Option<Self> {
-        let [replica, balancer] = counters;
-        let [per_replica, in_flight] = limits;
-        if !reserve(replica, per_replica) {
-            return None;
-        }
-        if !reserve(balancer, in_flight) {
-            replica.fetch_sub(1, Ordering::AcqRel);
-            return None;
-        }
-        Some(Slot([Arc::clone(replica), Arc::clone(balancer)]))
-    }
-}
-
-fn reserve(counter: &AtomicUsize, limit: usize) -> bool {
-    counter
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-            (n < limit).then_some(n + 1)
-        })
-        .is_ok()
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        for counter in &self.0 {
-            counter.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
-}
 
 /// Starts each probe in `outbox` as its own task.
 pub(crate) fn send(driver: &Arc<Driver>, outbox: Outbox) {

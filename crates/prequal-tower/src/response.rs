@@ -31,7 +31,7 @@ use prequal_core::Outcome;
 use prequal_http::TrackedBody;
 use prequal_http::protocol::{LOAD_HEADER, parse_reply};
 
-use crate::BoxError;
+use crate::box_error::BoxError;
 use crate::rif::InFlight;
 
 pin_project! {

@@ -13,8 +13,11 @@ use prequal_core::LoadReport;
 use prequal_http::protocol::probe_path_and_query;
 use tower::Service;
 
-use super::{MakeProbe, Probe, read_reply};
-use crate::BoxError;
+use prequal_http::protocol::Probe;
+use prequal_http::read_probe_reply as read_reply;
+
+use super::make::MakeProbe;
+use crate::box_error::BoxError;
 
 /// A [`MakeProbe`] that probes each replica over a hyper-util client of its own, at
 /// `http://{key}/.prequal/probe?v=1`, where `{key}` is the discovery key written with

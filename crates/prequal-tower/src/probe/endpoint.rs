@@ -11,8 +11,11 @@ use prequal_core::LoadReport;
 use prequal_http::protocol::probe_path_and_query;
 use tower::Service;
 
-use super::{MakeProbe, Probe, read_reply};
-use crate::BoxError;
+use prequal_http::protocol::Probe;
+use prequal_http::read_probe_reply as read_reply;
+
+use super::make::MakeProbe;
+use crate::box_error::BoxError;
 
 /// The default [`MakeProbe`]: each replica is probed through a clone of its own endpoint
 /// service, with `GET /.prequal/probe?v=1` and an empty body of the balanced requests' type

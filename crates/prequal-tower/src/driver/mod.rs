@@ -14,8 +14,14 @@
 //! drains what the policy wants done next: probes to send (started once the lock is released)
 //! and the decision a sync-mode pick is waiting for.
 //!
+//! Here are the shared state, its lock, and what the probe and timer tasks report (probe
+//! results, timer ticks); the events from the balancer and its queries, which end by starting
+//! the probes they drained, are in `events.rs`.
+//!
 //! Time is what the policy reads: the nanoseconds since the driver was built, on tokio's clock
 //! (so tests with paused time drive it too), handed in as a [`Time`].
+
+mod events;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -24,15 +30,14 @@ use std::task::Waker;
 use std::time::Duration;
 
 use prequal_core::{
-    Balancer, Completion, LoadReport, Pick, ProbeRequest, Query, QueryId, ReplicaId, Snapshot,
-    Strict, Time,
+    Balancer, LoadReport, Pick, ProbeRequest, QueryId, ReplicaId, Snapshot, Strict, Time,
 };
 use rand::{Rng, RngCore};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::probe::{ProbeFuture, SendProbe};
-use crate::prober::{Outbox, Slot};
+use crate::probe_slot::{Outbox, Slot};
 
 /// Probe timeout for policies that do not name one (they never probe, so it is only a bound).
 const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_millis(100);
@@ -173,72 +178,6 @@ impl Driver {
         self.closed.load(Ordering::Acquire)
     }
 
-    /// A replica joined, probed through `send`.
-    pub(crate) fn insert(self: &Arc<Self>, replica: ReplicaId, send: SendProbe) {
-        let now = self.now();
-        let mut state = self.lock();
-        let probe = ReplicaProbe {
-            send,
-            outstanding: Arc::default(),
-        };
-        state.probes.insert(replica, probe);
-        if !state.members.contains(&replica) {
-            state.members.push(replica);
-            state.members_changed = true;
-        }
-        Self::sync_members(&mut state, now);
-        self.after_event(state, now);
-    }
-
-    /// A replica left (discovery removed it, or its service failed).
-    pub(crate) fn remove(self: &Arc<Self>, replica: ReplicaId) {
-        let now = self.now();
-        let mut state = self.lock();
-        if state.probes.remove(&replica).is_none() {
-            return;
-        }
-        state.members.retain(|&r| r != replica);
-        state.members_changed = true;
-        Self::sync_members(&mut state, now);
-        self.after_event(state, now);
-    }
-
-    /// Tells the balancer the replicas discovered, once a request has started it.
-    fn sync_members(state: &mut State, now: Time) {
-        if state.started && state.members_changed {
-            state.balancer.set_replicas(&state.members, now);
-            state.members_changed = false;
-        }
-    }
-
-    /// Asks the balancer for a replica for `query`: the policy's choice, replaced by another
-    /// replica when it is ejected (or, with a probability, while it ramps up after joining). A
-    /// [`Pick::Pending`] decision is later collected with [`Driver::poll_decision`].
-    pub(crate) fn pick(self: &Arc<Self>, query: QueryId) -> Pick {
-        let now = self.now();
-        let mut guard = self.lock();
-        let state = &mut *guard;
-        state.started = true;
-        Self::sync_members(state, now);
-        let pick = state.balancer.pick(
-            &Query {
-                id: query,
-                hint: None,
-            },
-            now,
-            &mut state.rng,
-        );
-        let pick = match pick {
-            Pick::Replica(_) => Self::resolve(state, pick, now),
-            other => other,
-        };
-        if pick == Pick::Pending {
-            state.waiting = Some((query, None, None));
-        }
-        self.after_event(guard, now);
-        pick
-    }
-
     /// The decision for the sync-mode `query`, if made; otherwise `waker` is woken when it is.
     pub(crate) fn poll_decision(&self, query: QueryId, waker: &Waker) -> Option<Pick> {
         let mut state = self.lock();
@@ -294,36 +233,6 @@ impl Driver {
         self.lock().rng.random_range(0..n.max(1))
     }
 
-    /// The query was sent to `replica`.
-    pub(crate) fn dispatch(self: &Arc<Self>, replica: ReplicaId, query: QueryId) {
-        let now = self.now();
-        let mut state = self.lock();
-        state.balancer.dispatched(replica, query, now);
-        tracing::trace!(%replica, query = query.0, "query dispatched");
-        self.after_event(state, now);
-    }
-
-    /// A query sent to `replica` ended.
-    pub(crate) fn complete(self: &Arc<Self>, replica: ReplicaId, completion: &Completion) {
-        let now = self.now();
-        let mut state = self.lock();
-        let ejection = state.balancer.on_complete(replica, completion, None, now);
-        tracing::trace!(%replica, query = completion.query.0, outcome = ?completion.outcome,
-            latency_us = completion.latency.as_micros() as u64, "query ended");
-        if let Some(ejection) = ejection {
-            tracing::debug!(%replica, reason = %ejection.reason, ?ejection.duration, "replica ejected");
-        }
-        self.after_event(state, now);
-    }
-
-    /// `replica` reported its load on a response (piggybacked).
-    pub(crate) fn load_report(self: &Arc<Self>, replica: ReplicaId, report: &LoadReport) {
-        let now = self.now();
-        let mut state = self.lock();
-        state.balancer.on_load_report(replica, report, now);
-        self.after_event(state, now);
-    }
-
     /// A probe ended: `Some(report)` if answered, `None` if it failed. Returns the probes the
     /// policy asks for next.
     pub(crate) fn probe_result(&self, probe: &ProbeRequest, report: Option<&LoadReport>) -> Outbox {
@@ -369,18 +278,6 @@ impl Driver {
     /// The policy's name.
     pub(crate) fn policy_name(&self) -> &'static str {
         self.lock().balancer.policy().name()
-    }
-
-    /// Ends an event: drains the policy, rearms the timer, releases the lock and starts the
-    /// probes asked for.
-    fn after_event(self: &Arc<Self>, mut guard: MutexGuard<'_, State>, now: Time) {
-        let outbox = self.drain(&mut guard, now);
-        let rearm = self.rearm(&mut guard);
-        drop(guard);
-        if rearm {
-            self.wake.notify_one();
-        }
-        crate::prober::send(self, outbox);
     }
 
     /// Hands a sync-mode decision to the balancer waiting for it, and turns the probes the

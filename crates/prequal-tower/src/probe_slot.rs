@@ -1,0 +1,48 @@
+//! Probe slots: a [`Slot`] counts one probe as out, at its replica and at its balancer, until
+//! it is dropped, so the driver can refuse probes beyond either limit; an [`Outbox`] is the
+//! probes an event drained from the policy, each with its slot, that the prober then sends.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use prequal_core::ProbeRequest;
+
+use crate::probe::ProbeFuture;
+
+/// Probes to send, each with its future and the slots it holds.
+pub(crate) type Outbox = Vec<(ProbeRequest, (ProbeFuture, Slot))>;
+
+/// One probe counted as out, at its replica and at its balancer, until dropped.
+pub(crate) struct Slot([Arc<AtomicUsize>; 2]);
+
+impl Slot {
+    /// Counts one more probe on both counters, unless either is at its limit.
+    pub(crate) fn take(counters: [&Arc<AtomicUsize>; 2], limits: [usize; 2]) -> Option<Self> {
+        let [replica, balancer] = counters;
+        let [per_replica, in_flight] = limits;
+        if !reserve(replica, per_replica) {
+            return None;
+        }
+        if !reserve(balancer, in_flight) {
+            replica.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Slot([Arc::clone(replica), Arc::clone(balancer)]))
+    }
+}
+
+fn reserve(counter: &AtomicUsize, limit: usize) -> bool {
+    counter
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < limit).then_some(n + 1)
+        })
+        .is_ok()
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        for counter in &self.0 {
+            counter.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
