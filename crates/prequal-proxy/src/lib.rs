@@ -15,7 +15,7 @@
 //! `/metrics`, `/ready`, `/live` and per-cluster JSON. Constructors start no task: the timers
 //! and DNS watches come back as [`background`] work, which the server spawns.
 //!
-//! No source file uses itself through others (`tests/module_graph.rs` checks it): from the
+//! No source file uses itself through others (`crates/prequal/tests/module_graph.rs` checks it, for every crate): from the
 //! leaves up, `body`, `config`, `metrics`, `headers`, `access_log`, [`clock`], `background`,
 //! `tls`, `connector`, `replay`; `upstream`; `prober`; `cluster`; `try_guard`, `discovery`;
 //! `forward`, `routing`; `shared`; `admin`; `server`; `reload`. All time is tokio's (see
