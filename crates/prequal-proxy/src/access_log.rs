@@ -52,11 +52,19 @@ pub fn ensure_request_id(headers: &mut HeaderMap) -> HeaderValue {
     {
         return id.clone();
     }
-    let made = ID_RNG.with(|rng| format!("{:032x}", rng.borrow_mut().random::<u128>()));
-    // 32 hex digits are always a valid header value.
-    let id = HeaderValue::from_str(&made).unwrap_or_else(|_| HeaderValue::from_static("0"));
+    let id = hex_id(ID_RNG.with(|rng| rng.borrow_mut().random::<u128>()));
     headers.insert(REQUEST_ID, id.clone());
     id
+}
+
+/// `bits` as 32 lowercase hex digits, written without `format!`'s machinery (1.5% of a proxied
+/// request's instructions under round robin); always a valid header value.
+fn hex_id(bits: u128) -> HeaderValue {
+    let mut hex = [0u8; 32];
+    for (i, digit) in hex.iter_mut().enumerate() {
+        *digit = b"0123456789abcdef"[((bits >> (124 - 4 * i)) & 0xf) as usize];
+    }
+    HeaderValue::from_bytes(&hex).unwrap_or_else(|_| HeaderValue::from_static("0"))
 }
 
 fn usable(id: &HeaderValue) -> bool {
@@ -177,5 +185,16 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(REQUEST_ID, HeaderValue::from_str(&"x".repeat(200)).unwrap());
         assert_eq!(ensure_request_id(&mut headers).len(), 32);
+        assert_ne!(
+            ensure_request_id(&mut HeaderMap::new()),
+            ensure_request_id(&mut HeaderMap::new())
+        );
+    }
+
+    #[test]
+    fn made_ids_are_the_bits_in_hex() {
+        for bits in [0, 1, 0xdead_beef, u128::MAX, 0x0123_4567_89ab_cdef << 64] {
+            assert_eq!(hex_id(bits), format!("{bits:032x}").as_str());
+        }
     }
 }
