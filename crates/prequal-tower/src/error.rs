@@ -1,4 +1,4 @@
-//! The balancer's errors. Like tower's, the balancer returns [`BoxError`](crate::BoxError):
+//! The balancer's errors. Like tower's, the balancer returns [`BoxError`]:
 //! an endpoint's own error passes through unchanged, and the balancer adds these.
 
 use crate::box_error::BoxError;
