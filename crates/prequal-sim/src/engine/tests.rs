@@ -243,9 +243,19 @@ steps = [{ duration = "4s", level = 400.0 }]
         let text = SINKHOLE
             .replace("CONTENDERS", contenders)
             .replace("CLIENT_KEYS", client_keys);
-        let compiled = Scenario::parse(&text, Path::new("t.toml")).unwrap();
+        run_text(&text)
+    }
+
+    /// Every run of the scenario `text`.
+    fn run_text(text: &str) -> Report {
+        let compiled = Scenario::parse(text, Path::new("t.toml")).unwrap();
         let plans = report::plan(&compiled).unwrap();
         report::run_all(&compiled, &plans, &|_| {}).unwrap()
+    }
+
+    /// The first contender's run of the scenario `text`.
+    fn first_run(text: &str) -> crate::engine::RunOutput {
+        run_text(text).runs.swap_remove(0).output
     }
 
     #[test]
@@ -352,10 +362,7 @@ count = 2
 steps = [{{ duration = "6s", level = 400.0 }}]
 "#
         );
-        let compiled = Scenario::parse(&text, Path::new("t.toml")).unwrap();
-        let plans = report::plan(&compiled).unwrap();
-        let report = report::run_all(&compiled, &plans, &|_| {}).unwrap();
-        report.runs[0].output.clone()
+        first_run(&text)
     }
 
     #[test]
@@ -410,10 +417,7 @@ outlier_ejection = false
 steps = [{{ duration = "2s", level = 100.0 }}]
 "#
         );
-        let compiled = Scenario::parse(&text, Path::new("t.toml")).unwrap();
-        let plans = report::plan(&compiled).unwrap();
-        let report = report::run_all(&compiled, &plans, &|_| {}).unwrap();
-        report.runs[0].output.clone()
+        first_run(&text)
     }
 
     #[test]

@@ -31,6 +31,21 @@ impl Sim<'_> {
             .dispatch(pick, QueryId(query), tried, now, rng)
     }
 
+    /// Asks the policy for a replica for `query` (a first try, a hedge or a retry) and sends it
+    /// there; a pending pick is sent when the policy is ready (`service_client`).
+    pub(super) fn pick_and_dispatch(&mut self, c: u32, query: u64) {
+        let client = &mut self.clients[c as usize];
+        let q = Query {
+            id: QueryId(query),
+            hint: None,
+        };
+        match client.balancer.pick(&q, self.now, &mut client.rng) {
+            Pick::Replica(r) => self.dispatch(c, query, r),
+            Pick::Pending => {}
+            Pick::NoReplica => self.no_replica(c, query),
+        }
+    }
+
     /// Tells the balancer that a try of `query` to `replica` ended; counts an ejection.
     pub(super) fn settle(&mut self, c: u32, replica: u32, completion: &Completion) {
         let client = &mut self.clients[c as usize];
@@ -82,16 +97,7 @@ impl Sim<'_> {
             };
             self.queue.push(slot.issued + deadline, event);
         }
-        let client = &mut self.clients[c as usize];
-        let q = Query {
-            id: QueryId(next),
-            hint: None,
-        };
-        match client.balancer.pick(&q, now, &mut client.rng) {
-            Pick::Replica(r) => self.dispatch(c, next, r),
-            Pick::Pending => {}
-            Pick::NoReplica => self.no_replica(c, next),
-        }
+        self.pick_and_dispatch(c, next);
         self.service_client(c);
         true
     }

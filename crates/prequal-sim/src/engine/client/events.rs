@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use prequal_core::{Completion, Outcome, Pick, Query, QueryId, ReplicaId};
+use prequal_core::{Completion, Outcome, Pick, QueryId, ReplicaId};
 use rand_distr::{Distribution as _, Exp1};
 
 use super::{PendingProbe, Request};
@@ -63,15 +63,7 @@ impl Sim<'_> {
                     slot.request = Some(request);
                 }
             }
-            let q = Query {
-                id: QueryId(query),
-                hint: None,
-            };
-            match client.balancer.pick(&q, now, &mut client.rng) {
-                Pick::Replica(r) => self.dispatch(c, query, r),
-                Pick::Pending => {}
-                Pick::NoReplica => self.no_replica(c, query),
-            }
+            self.pick_and_dispatch(c, query);
         }
         self.schedule_arrival_at(c, per_client);
         self.service_client(c);

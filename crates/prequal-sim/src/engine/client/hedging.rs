@@ -3,9 +3,7 @@
 //! it to a replica the query has not tried), the first success wins, and the other tries are
 //! cancelled at their replicas and reported to the policy.
 
-use prequal_core::{
-    Completion, HedgeDecision, Outcome, Pick, Query, QueryId, ReplicaId, RetryDecision,
-};
+use prequal_core::{Completion, HedgeDecision, Outcome, QueryId, ReplicaId, RetryDecision};
 
 use super::Slot;
 use crate::engine::{Event, Sim};
@@ -95,7 +93,6 @@ impl Sim<'_> {
     /// Sends one more try of request `key` (a hedge, or a retry of a failed try): the policy
     /// picks, a replica already tried is replaced in `dispatch`.
     pub(in crate::engine) fn send_hedge(&mut self, c: u32, key: u64) {
-        let now = self.now;
         let client = &mut self.clients[c as usize];
         let Some(issued) = client
             .hedging
@@ -122,15 +119,7 @@ impl Sim<'_> {
             request.tries.push(query);
             request.attempts += 1;
         }
-        let q = Query {
-            id: QueryId(query),
-            hint: None,
-        };
-        match client.balancer.pick(&q, now, &mut client.rng) {
-            Pick::Replica(r) => self.dispatch(c, query, r),
-            Pick::Pending => {}
-            Pick::NoReplica => self.no_replica(c, query),
-        }
+        self.pick_and_dispatch(c, query);
     }
 
     /// Ends try `query` without a response: at its replica (which drops the work, as a real
