@@ -13,7 +13,7 @@
 //! | `fault` | the replica fails as a whole: `"black-hole"`, `"host-down"` or `"killed"` ([`Fault`]) |
 //!
 //! Overlapping episodes combine: factors multiply, error rates combine as independent events,
-//! capacity losses compound, and the latest-starting pin and fault win.
+//! capacity losses compound, and of the active pins and faults the one listed last wins.
 //!
 //! A fast-5xx sinkhole needs no fault of its own: `error_rate = 1.0` with a short
 //! `error_latency`. A slow replica is `slow` or `latency`.

@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 
 use super::cpu::{CpuModel, JobId};
 use super::dist::{DistSpec, Distribution};
-use super::episode::{Effects, EpisodeSpec, ServerSet};
+use super::episode::{Effects, EpisodeSpec, Fault, ServerSet};
 use super::error::ModelError;
 use super::round::round_to_u64;
 use super::threads::ThreadPool;
@@ -388,6 +388,14 @@ impl ReplicaModel {
     /// The episode effects active at `now`.
     pub fn effects(&self, now: Time) -> Effects {
         Effects::at(&self.episodes, now)
+    }
+
+    /// True while a `redeployed` episode is active at `now`, whatever other fault overlaps it
+    /// (overlapping or adjacent ones make one deploy).
+    pub fn redeploying(&self, now: Time) -> bool {
+        self.episodes
+            .iter()
+            .any(|e| e.fault == Some(Fault::Redeployed) && e.active(now))
     }
 
     /// Admits a query at `now`: returns how it will be served and whether it will fail.

@@ -32,6 +32,16 @@ struct Slot {
     request: Option<u64>,
     /// Tries of the query so far, this one included (more than one after a retry).
     attempts: u32,
+    /// What this try is to its query.
+    kind: TryKind,
+}
+
+/// A query's first try, a hedge, or a retry of a failed try.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TryKind {
+    First,
+    Hedge,
+    Retry,
 }
 
 /// A query of a hedging client: its tries (each a [`Slot`]) and its hedging state.
@@ -40,8 +50,6 @@ struct Request {
     issued: Time,
     /// When the first try was sent: hedge delays count from there.
     first_sent: Option<Time>,
-    /// The first try's key.
-    first: u64,
     /// Tries not settled yet (keys in `Client::queries`).
     tries: Vec<u64>,
     /// Replicas tried so far: a hedge never goes to one of them.
@@ -146,6 +154,7 @@ impl Client {
             report: None,
             request: None,
             attempts: 1,
+            kind: TryKind::First,
         })
     }
 

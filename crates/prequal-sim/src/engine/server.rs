@@ -38,6 +38,9 @@ pub(super) struct Server {
     killed: bool,
     /// Out of the clients' replica sets by a `fault = "redeployed"` episode.
     pub(super) redeployed: bool,
+    /// When the replica last rejoined after a deploy: a try sent before then was to the old
+    /// process, which the clients' balancers forgot when it left.
+    pub(super) joined_at: Time,
 }
 
 impl Server {
@@ -46,7 +49,6 @@ impl Server {
         let spec = &compiled.scenario.servers;
         let model = ReplicaModel::new(spec, index, compiled.service.clone(), &mut antagonist_rng);
         Server {
-            model,
             tracker: LoadTracker::new(compiled.scenario.estimator),
             rng: SmallRng::seed_from_u64(seed),
             antagonist_rng,
@@ -55,7 +57,9 @@ impl Server {
             by_cpu: IdMap::default(),
             marks: [(Time::ZERO, 0.0); 2],
             killed: false,
-            redeployed: false,
+            redeployed: model.redeploying(Time::ZERO),
+            joined_at: Time::ZERO,
+            model,
         }
     }
 

@@ -444,4 +444,113 @@ steps = [{{ duration = "2s", level = 100.0 }}]
         assert!(s.timeouts >= 30 && s.errors == 0, "{s:?}");
         assert_eq!(deadline.balancer.map_or(0, |b| b.retries), 0);
     }
+
+    /// Round robin, four replicas at ~10 ms, 400 queries/s for 5 s from two clients, with
+    /// `episodes` (TOML `[[servers.episodes]]` tables) and the client keys `keys`; the
+    /// queries replica 0 took in each second, and the run.
+    fn replica_0_per_second(episodes: &str, keys: &str) -> (Vec<u64>, crate::engine::RunOutput) {
+        let text = format!(
+            r#"
+contenders = ["round-robin"]
+latency_objective = "50ms"
+[servers]
+count = 4
+latency = {{ kind = "normal", mean = "10ms", sd = "1ms" }}
+{episodes}
+[clients]
+count = 2
+{keys}
+[load]
+steps = [{{ duration = "5s", level = 400.0 }}]
+"#
+        );
+        let output = first_run(&text);
+        let per_second = output
+            .measured
+            .per_second
+            .iter()
+            .map(|s| s.replicas[0])
+            .collect();
+        (per_second, output)
+    }
+
+    const REDEPLOY_AT_ZERO: &str = r#"
+[[servers.episodes]]
+servers = [0]
+start = "0s"
+end = "2s"
+fault = "redeployed""#;
+
+    #[test]
+    fn a_redeploy_from_time_zero_starts_out_of_the_set() {
+        let (per_second, _) = replica_0_per_second(REDEPLOY_AT_ZERO, "");
+        assert_eq!(&per_second[..2], [0, 0], "{per_second:?}");
+        assert!(per_second[3] > 0, "{per_second:?}");
+    }
+
+    #[test]
+    fn another_fault_inside_a_deploy_does_not_bring_the_replica_back() {
+        let episodes = r#"
+[[servers.episodes]]
+servers = [0]
+start = "1s"
+end = "4s"
+fault = "redeployed"
+[[servers.episodes]]
+servers = [0]
+start = "2s"
+end = "3s"
+fault = "killed""#;
+        let (per_second, _) = replica_0_per_second(episodes, "");
+        assert!(per_second[1..4].iter().all(|&n| n < 10), "{per_second:?}");
+        assert!(per_second[4] > 0, "{per_second:?}");
+    }
+
+    #[test]
+    fn the_old_process_failures_are_not_held_against_the_new_one() {
+        // Replica 0 answers in 1.5 s until 2 s, so it still holds queries when its deploy
+        // ends and the old process is stopped: those fail, but were sent to a process the
+        // balancers forgot, so no client ejects the rejoined replica for them.
+        let episodes = r#"
+[[servers.episodes]]
+servers = [0]
+start = "0s"
+end = "2s"
+latency = "1500ms"
+[[servers.episodes]]
+servers = [0]
+start = "1s"
+end = "2s"
+fault = "redeployed""#;
+        let (per_second, output) = replica_0_per_second(episodes, "max_attempts = 1");
+        let balancer = output.balancer.unwrap_or_default();
+        assert_eq!(balancer.ejections, 0, "{balancer:?}");
+        assert!(
+            output.measured.summary.errors > 20,
+            "{:?}",
+            output.measured.summary
+        );
+        // Back in, at slow start's share (a tenth and growing), not ejected.
+        assert!(per_second[2..].iter().all(|&n| n > 0), "{per_second:?}");
+    }
+
+    #[test]
+    fn retries_in_hedged_queries_are_not_counted_as_hedges() {
+        // Replica 0 fails every query at once; a hedge is due only after 5 s, so every extra
+        // try is a retry, which the balancer counts, not the hedging summary.
+        let episodes = r#"
+[[servers.episodes]]
+servers = [0]
+start = "0s"
+end = "5s"
+error_rate = 1.0
+error_latency = "1ms""#;
+        let keys = "outlier_ejection = false\nhedge = { delay = \"5s\" }";
+        let (_, output) = replica_0_per_second(episodes, keys);
+        let hedging = output.hedging.unwrap();
+        let retries = output.balancer.unwrap_or_default().retries;
+        assert!(retries > 300, "{retries}");
+        assert_eq!((hedging.sent, hedging.won), (0, 0), "{hedging:?}");
+        assert_eq!(hedging.tries, hedging.queries, "{hedging:?}");
+    }
 }

@@ -2,9 +2,9 @@
 //! decision (exclusion of the replicas a query tried, ejection, slow start), settling a try
 //! (which may eject its replica), and retries of failed queries within the budget.
 
-use prequal_core::{Completion, Pick, Query, QueryId, ReplicaId, RetryDecision, Strict};
+use prequal_core::{Completion, Outcome, Pick, Query, QueryId, ReplicaId, RetryDecision, Strict};
 
-use super::Slot;
+use super::{Slot, TryKind};
 use crate::engine::{Event, Sim};
 
 impl Sim<'_> {
@@ -46,20 +46,29 @@ impl Sim<'_> {
         }
     }
 
-    /// Tells the balancer that a try of `query` to `replica` ended; counts an ejection.
-    pub(super) fn settle(&mut self, c: u32, replica: u32, completion: &Completion) {
-        let client = &mut self.clients[c as usize];
-        let replica = ReplicaId(replica);
-        if let Some(report) = client
-            .queries
-            .get(completion.query.0)
-            .and_then(|s| s.report)
-        {
-            client.balancer.on_load_report(replica, &report, self.now);
+    /// Tells the balancer that try `query` (`slot`) ended with `outcome`, with the load report
+    /// its response carried; counts an ejection. A try sent to a process that has since been
+    /// replaced (its replica left for a deploy and rejoined) is not reported: the balancer
+    /// forgot that process when it left, as the proxy's does a replica discovery removed.
+    pub(super) fn settle(&mut self, c: u32, query: u64, slot: &Slot, outcome: Outcome) {
+        let Some(sent) = slot.dispatched else {
+            return;
+        };
+        if sent < self.servers[slot.replica as usize].joined_at {
+            return;
         }
-        let ejected = client
-            .balancer
-            .on_complete(replica, completion, None, self.now);
+        let now = self.now;
+        let client = &mut self.clients[c as usize];
+        let replica = ReplicaId(slot.replica);
+        if let Some(report) = &slot.report {
+            client.balancer.on_load_report(replica, report, now);
+        }
+        let completion = Completion {
+            query: QueryId(query),
+            latency: now.saturating_since(sent),
+            outcome,
+        };
+        let ejected = client.balancer.on_complete(replica, &completion, None, now);
         client.counts.ejections += u64::from(ejected.is_some());
     }
 
@@ -85,6 +94,7 @@ impl Sim<'_> {
             server_slot: None,
             report: None,
             attempts: slot.attempts + 1,
+            kind: TryKind::Retry,
             ..slot
         });
         client.retried.insert(next, tried);

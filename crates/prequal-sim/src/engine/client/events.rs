@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use prequal_core::{Completion, Outcome, Pick, QueryId, ReplicaId};
+use prequal_core::{Outcome, Pick, QueryId, ReplicaId};
 use rand_distr::{Distribution as _, Exp1};
 
-use super::{PendingProbe, Request};
+use super::{PendingProbe, Request, TryKind};
 use crate::engine::{Event, Sim};
 use crate::scenario::Arrivals;
 
@@ -52,7 +52,6 @@ impl Sim<'_> {
                 let request = h.requests.insert(Request {
                     issued: now,
                     first_sent: None,
-                    first: query,
                     tries: vec![query],
                     tried: Vec::new(),
                     hedges: 0,
@@ -82,6 +81,8 @@ impl Sim<'_> {
                 return;
             };
             request.tries.retain(|&t| t != query);
+            // A try that found no replica was never sent: it is not one of `max_attempts`.
+            request.attempts = request.attempts.saturating_sub(1);
             if !request.tries.is_empty() {
                 return; // A hedge found no replica; the query still waits for its other tries.
             }
@@ -111,7 +112,8 @@ impl Sim<'_> {
         };
         slot.replica = replica.0;
         slot.dispatched = Some(now);
-        let (issued, request, attempts) = (slot.issued, slot.request, slot.attempts);
+        let (issued, request, attempts, kind) =
+            (slot.issued, slot.request, slot.attempts, slot.kind);
         let at = now + self.delay(false);
         self.queue.push(
             at,
@@ -126,7 +128,7 @@ impl Sim<'_> {
         // set when its first try goes out.
         let deadline_key = match request {
             None => (attempts == 1).then_some(query),
-            Some(key) => self.note_try_sent(c, key, replica),
+            Some(key) => self.note_try_sent(c, key, replica, kind),
         };
         if let Some(deadline) = self.compiled.scenario.clients.deadline
             && let Some(key) = deadline_key
@@ -144,7 +146,11 @@ impl Sim<'_> {
         {
             self.queue.push(at, Event::TryTimeout(c));
         }
-        if let Some(key) = request {
+        // The hedger is asked after the first try and after each hedge, never after a retry
+        // (as in the proxy, where a retry starts no new hedge plan).
+        if let Some(key) = request
+            && kind != TryKind::Retry
+        {
             self.arm_hedge(c, key);
         }
     }
@@ -162,15 +168,10 @@ impl Sim<'_> {
             self.complete_try(c, key, query, outcome);
             return;
         }
-        let Some(sent) = slot.dispatched else {
+        if slot.dispatched.is_none() {
             return;
-        };
-        let completion = Completion {
-            query: QueryId(query),
-            latency: now.saturating_since(sent),
-            outcome,
-        };
-        self.settle(c, slot.replica, &completion);
+        }
+        self.settle(c, query, &slot, outcome);
         if retry && outcome != Outcome::Success && self.retry(c, query, slot) {
             return;
         }

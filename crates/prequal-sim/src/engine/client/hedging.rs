@@ -3,28 +3,30 @@
 //! it to a replica the query has not tried), the first success wins, and the other tries are
 //! cancelled at their replicas and reported to the policy.
 
-use prequal_core::{Completion, HedgeDecision, Outcome, QueryId, ReplicaId, RetryDecision};
+use prequal_core::{HedgeDecision, Outcome, ReplicaId, RetryDecision};
 
-use super::Slot;
+use super::{Slot, TryKind};
 use crate::engine::{Event, Sim};
 
 /// Hedging: the client side of [`prequal_core::hedge`]. A query's tries share one `Request`;
 /// the first response wins, the other tries are cancelled at their replicas and reported to
 /// the policy as [`Outcome::Cancelled`]; an error waits for the other tries still out.
 impl Sim<'_> {
-    /// A try of request `key` went to `replica`; returns the deadline key for a first try.
-    pub(in crate::engine) fn note_try_sent(
+    /// A try of request `key` went to `replica`; returns the deadline key for a first try. The
+    /// hedging summary counts first tries and hedges (retries are the balancer's).
+    pub(super) fn note_try_sent(
         &mut self,
         c: u32,
         key: u64,
         replica: ReplicaId,
+        kind: TryKind,
     ) -> Option<u64> {
         let now = self.now;
         let client = &mut self.clients[c as usize];
         let h = client.hedging.as_mut()?;
         let request = h.requests.get_mut(key)?;
         request.tried.push(replica);
-        h.tries += 1;
+        h.tries += u64::from(kind != TryKind::Retry);
         if request.first_sent.is_some() {
             return None;
         }
@@ -71,7 +73,7 @@ impl Sim<'_> {
             }
             Some(HedgeDecision::Now) => {
                 request.hedges += 1;
-                self.send_hedge(c, key);
+                self.send_try(c, key, TryKind::Hedge);
             }
         }
     }
@@ -90,9 +92,9 @@ impl Sim<'_> {
         self.service_client(c);
     }
 
-    /// Sends one more try of request `key` (a hedge, or a retry of a failed try): the policy
-    /// picks, a replica already tried is replaced in `dispatch`.
-    pub(in crate::engine) fn send_hedge(&mut self, c: u32, key: u64) {
+    /// Sends one more try of request `key` (`kind`: a hedge, or a retry of a failed try): the
+    /// policy picks, a replica already tried is replaced in `dispatch`.
+    pub(super) fn send_try(&mut self, c: u32, key: u64, kind: TryKind) {
         let client = &mut self.clients[c as usize];
         let Some(issued) = client
             .hedging
@@ -110,6 +112,7 @@ impl Sim<'_> {
             report: None,
             request: Some(key),
             attempts: 1,
+            kind,
         });
         if let Some(request) = client
             .hedging
@@ -132,7 +135,6 @@ impl Sim<'_> {
         outcome: Outcome,
         deadline: bool,
     ) {
-        let now = self.now;
         let Some(slot) = self.clients[c as usize].queries.remove(query) else {
             return;
         };
@@ -145,19 +147,7 @@ impl Sim<'_> {
             };
             self.cancel_at_server(slot.replica, server_slot, c, query, at_server);
         }
-        if let Some(sent) = slot.dispatched {
-            let completion = Completion {
-                query: QueryId(query),
-                latency: now.saturating_since(sent),
-                outcome,
-            };
-            let client = &mut self.clients[c as usize];
-            let ejected =
-                client
-                    .balancer
-                    .on_complete(ReplicaId(slot.replica), &completion, None, now);
-            client.counts.ejections += u64::from(ejected.is_some());
-        }
+        self.settle(c, query, &slot, outcome);
     }
 
     /// Try `query` of request `key` got its response (`Success` or `Error`).
@@ -176,17 +166,8 @@ impl Sim<'_> {
         let Some(sent) = slot.dispatched else {
             return;
         };
-        let replica = ReplicaId(slot.replica);
-        if let Some(report) = &slot.report {
-            client.balancer.on_load_report(replica, report, now);
-        }
-        let completion = Completion {
-            query: QueryId(query),
-            latency: now.saturating_since(sent),
-            outcome,
-        };
-        let ejected = client.balancer.on_complete(replica, &completion, None, now);
-        client.counts.ejections += u64::from(ejected.is_some());
+        self.settle(c, query, &slot, outcome);
+        let client = &mut self.clients[c as usize];
         let Some(h) = client.hedging.as_mut() else {
             return;
         };
@@ -216,7 +197,7 @@ impl Sim<'_> {
                     RetryDecision::NoAttemptsLeft => false,
                 };
             if retry {
-                self.send_hedge(c, key);
+                self.send_try(c, key, TryKind::Retry);
             }
             if waiting || retry {
                 self.service_client(c);
@@ -236,7 +217,7 @@ impl Sim<'_> {
             client
                 .balancer
                 .hedger_mut()
-                .on_response(now.saturating_since(sent), query != request.first);
+                .on_response(now.saturating_since(sent), slot.kind == TryKind::Hedge);
         }
         for &t in &request.tries {
             let outcome = match self.clients[c as usize].queries.get(t) {

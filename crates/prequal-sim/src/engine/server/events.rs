@@ -247,7 +247,7 @@ impl Sim<'_> {
         let fault = server.model.effects(now).fault;
         let killed = fault == Some(Fault::Killed);
         let was_killed = std::mem::replace(&mut server.killed, killed);
-        let redeployed = fault == Some(Fault::Redeployed);
+        let redeployed = server.model.redeploying(now);
         let was_redeployed = std::mem::replace(&mut server.redeployed, redeployed);
         if killed && !was_killed {
             self.kill(s);
@@ -256,6 +256,7 @@ impl Sim<'_> {
             if was_redeployed {
                 // The old process stops (what it still holds fails) and the new one rejoins.
                 self.kill(s);
+                self.servers[s as usize].joined_at = now;
             }
             self.announce_replicas();
         }
