@@ -542,6 +542,13 @@ mod tests {
             table["clusters"]["default"]["hedge"]["enabled"].as_bool(),
             Some(false)
         );
+        // Without the scenario's `try_timeout`, the proxy's default applies, which the
+        // simulator repeats (prequal-model cannot depend on the proxy).
+        let config = prequal_proxy::config::ProxyConfig::from_toml(&text, "test").unwrap();
+        assert_eq!(
+            config.clusters["default"].try_timeout,
+            prequal_model::scenario::DEFAULT_TRY_TIMEOUT
+        );
     }
 
     #[test]

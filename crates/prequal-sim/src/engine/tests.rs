@@ -335,17 +335,10 @@ steps = [{ duration = "4s", level = 400.0 }]
         assert_eq!(output.measured.summary.errors, balancer.retries_refused);
     }
 
-    /// Four replicas at ~10 ms, two round-robin clients at 400 queries/s for 6 s; replica 0
-    /// is redeployed from 1 s to 2 s and serves ten times slower for its first 2 s back (cold
-    /// caches). With slow start its share comes back over `window`; with a zero window at once.
-    fn redeploy(window: &str) -> crate::engine::RunOutput {
-        let text = format!(
-            r#"
-contenders = [{{ name = "round-robin", slow_start = {{ window = "{window}" }} }}]
-latency_objective = "50ms"
-[servers]
-count = 4
-latency = {{ kind = "normal", mean = "10ms", sd = "1ms" }}
+    /// Replica 0 is redeployed from 1 s to 2 s and serves ten times slower for its first 2 s
+    /// back (cold caches). With slow start its share comes back over `window`; with a zero
+    /// window at once.
+    const REDEPLOY_COLD: &str = r#"
 [[servers.episodes]]
 servers = [0]
 start = "1s"
@@ -355,27 +348,13 @@ fault = "redeployed"
 servers = [0]
 start = "2s"
 end = "4s"
-slow = 10.0
-[clients]
-count = 2
-[load]
-steps = [{{ duration = "6s", level = 400.0 }}]
-"#
-        );
-        first_run(&text)
-    }
+slow = 10.0"#;
 
     #[test]
     fn slow_start_ramps_a_redeployed_replica_back_in() {
-        let (at_once, ramped) = (redeploy("0s"), redeploy("4s"));
-        let replica_0 = |o: &crate::engine::RunOutput| -> Vec<u64> {
-            o.measured
-                .per_second
-                .iter()
-                .map(|s| s.replicas[0])
-                .collect()
-        };
-        let (a, r) = (replica_0(&at_once), replica_0(&ramped));
+        let window = |w: &str| format!("slow_start = {{ window = \"{w}\" }}");
+        let (a, at_once) = replica_0_per_second(REDEPLOY_COLD, &window("0s"));
+        let (r, ramped) = replica_0_per_second(REDEPLOY_COLD, &window("4s"));
         // Out of discovery for the second 1..2: only queries already on their way reach it.
         assert!(a[1] < 10 && r[1] < 10, "{a:?} {r:?}");
         // Back at 2 s: a full quarter of the queries at once, or a ramp from a tenth.
@@ -445,7 +424,7 @@ steps = [{{ duration = "2s", level = 100.0 }}]
         assert_eq!(deadline.balancer.map_or(0, |b| b.retries), 0);
     }
 
-    /// Round robin, four replicas at ~10 ms, 400 queries/s for 5 s from two clients, with
+    /// Round robin, four replicas at ~10 ms, 400 queries/s for 6 s from two clients, with
     /// `episodes` (TOML `[[servers.episodes]]` tables) and the client keys `keys`; the
     /// queries replica 0 took in each second, and the run.
     fn replica_0_per_second(episodes: &str, keys: &str) -> (Vec<u64>, crate::engine::RunOutput) {
@@ -461,7 +440,7 @@ latency = {{ kind = "normal", mean = "10ms", sd = "1ms" }}
 count = 2
 {keys}
 [load]
-steps = [{{ duration = "5s", level = 400.0 }}]
+steps = [{{ duration = "6s", level = 400.0 }}]
 "#
         );
         let output = first_run(&text);
