@@ -71,7 +71,7 @@ use rand::{Rng as _, RngCore};
 use crate::hedge::{HedgeDecision, Hedger};
 use crate::outlier::{Ejection, OutlierDetector};
 use crate::policy::{
-    Completion, LoadReport, Outcome, Pick, Policy, ProbeRequest, Query, QueryId, Snapshot,
+    Completion, LoadReport, Outcome, Pick, Policy, ProbeEnd, ProbeRequest, Query, QueryId, Snapshot,
 };
 use crate::replica::{ReplicaChange, ReplicaId, Replicas};
 use crate::retry_budget::{BlockConfigError, RetryBudget};
@@ -444,6 +444,21 @@ impl Balancer {
     /// A probe failed: no reply before its timeout, a transport error, or a malformed reply.
     pub fn on_probe_failure(&mut self, probe: &ProbeRequest, now: Time) {
         self.policy.on_probe_failure(probe, now);
+    }
+
+    /// A probe ended, however it did: for drivers that learn the three ends in one place.
+    pub fn on_probe_end(
+        &mut self,
+        probe: &ProbeRequest,
+        end: ProbeEnd<'_>,
+        now: Time,
+        rng: &mut dyn RngCore,
+    ) {
+        match end {
+            ProbeEnd::Reply(report) => self.policy.on_probe_reply(probe, report, now, rng),
+            ProbeEnd::Failed => self.policy.on_probe_failure(probe, now),
+            ProbeEnd::NotSent => self.policy.on_probe_not_sent(probe, now),
+        }
     }
 
     /// When the balancer next wants [`Balancer::handle_timeout`]: the policy's timer, or the

@@ -59,8 +59,8 @@ pub use hedge::{HedgeConfig, HedgeDecision, HedgeStats, Hedger};
 pub use latency_quantile::LatencyQuantile;
 pub use outlier::{Ejection, EjectionReason, OutlierConfig, OutlierDetector};
 pub use policy::{
-    Completion, LoadReport, Outcome, Pick, Policy, PoolEntryView, ProbeId, ProbeRequest, Query,
-    QueryId, ReplicaView, Snapshot,
+    Completion, LoadReport, Outcome, Pick, Policy, PoolEntryView, ProbeEnd, ProbeId, ProbeRequest,
+    Query, QueryId, ReplicaView, Snapshot,
 };
 pub use replica::{ReplicaChange, ReplicaId, Replicas};
 pub use retry_budget::{BlockConfigError, RetryBudget, RetryBudgetConfig};

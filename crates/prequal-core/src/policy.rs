@@ -10,7 +10,8 @@
 //!   latency and [`Outcome`];
 //! - probes: after every event the driver drains [`Policy::poll_probe`] and sends each
 //!   [`ProbeRequest`]; replies come back through [`Policy::on_probe_reply`], losses and timeouts
-//!   through [`Policy::on_probe_failure`]; load reports that arrive unasked (piggybacked on
+//!   through [`Policy::on_probe_failure`], probes the driver's own bounds kept from being sent
+//!   through [`Policy::on_probe_not_sent`]; load reports that arrive unasked (piggybacked on
 //!   responses) through [`Policy::on_load_report`];
 //! - timers: the driver wakes the policy at [`Policy::poll_timeout`] with
 //!   [`Policy::handle_timeout`] (idle probing, polling intervals, sync-mode probe timeouts).
@@ -114,7 +115,8 @@ pub struct ProbeId(pub u64);
 /// A probe the policy wants sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProbeRequest {
-    /// Identity, echoed back in [`Policy::on_probe_reply`] / [`Policy::on_probe_failure`].
+    /// Identity, echoed back in [`Policy::on_probe_reply`], [`Policy::on_probe_failure`] and
+    /// [`Policy::on_probe_not_sent`].
     pub id: ProbeId,
     /// The replica to probe.
     pub replica: ReplicaId,
@@ -122,6 +124,19 @@ pub struct ProbeRequest {
     pub query: Option<QueryId>,
     /// The query's hint, to be sent with the probe (sync mode).
     pub hint: Option<u64>,
+}
+
+/// How a probe ended, as a driver reports it (see [`crate::Balancer::on_probe_end`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ProbeEnd<'a> {
+    /// The replica answered: [`Policy::on_probe_reply`].
+    Reply(&'a LoadReport),
+    /// No usable reply in time (a transport error, a malformed reply, the probe timeout):
+    /// [`Policy::on_probe_failure`].
+    Failed,
+    /// Never sent, by the driver's own bound on probes outstanding or because the replica
+    /// left: [`Policy::on_probe_not_sent`].
+    NotSent,
 }
 
 /// What a replica reports about its load, in a probe reply or piggybacked on a response.
@@ -242,6 +257,13 @@ pub trait Policy: Send + std::fmt::Debug {
 
     /// A probe failed: no reply before its timeout, a transport error, or a malformed reply.
     fn on_probe_failure(&mut self, _probe: &ProbeRequest, _now: Time) {}
+
+    /// The driver did not send the probe: its bound on probes outstanding (per replica or in
+    /// all) was reached, or the replica left. The probe ends without telling anything about its
+    /// replica, so unlike [`Policy::on_probe_failure`] it must not count against it; a policy
+    /// that waits for a probe's end (`prequal-sync`) stops waiting for this one. By default
+    /// nothing happens.
+    fn on_probe_not_sent(&mut self, _probe: &ProbeRequest, _now: Time) {}
 
     /// A replica reported its load without being probed (piggybacked on a response).
     fn on_load_report(&mut self, _replica: ReplicaId, _report: &LoadReport, _now: Time) {}

@@ -683,7 +683,8 @@ mod tests {
             prequal_proxy_requests_total 1000\n\
             prequal_proxy_probes_total{cluster=\"default\",result=\"ok\"} 2900\n\
             prequal_proxy_probes_total{cluster=\"default\",result=\"failed\"} 60\n\
-            prequal_proxy_probes_total{cluster=\"default\",result=\"skipped\"} 40\n";
+            prequal_proxy_probes_total{cluster=\"default\",result=\"skipped\"} 40\n\
+            prequal_proxy_probes_total{cluster=\"default\",result=\"dropped\"} 5\n";
         let mut counters = ProxyCounters::default();
         counters.add_exposition(text);
         counters.add_exposition(text);
@@ -694,7 +695,7 @@ mod tests {
         assert_eq!(counters.retries, 20);
         assert_eq!(counters.requests, 2000);
         assert_eq!((counters.probes_ok, counters.probes_failed), (5800, 120));
-        assert_eq!(counters.probes_skipped, 80);
+        assert_eq!(counters.probes_skipped, 90);
         assert!((counters.probes_per_query(2000) - 2.96).abs() < 1e-9);
         assert!((counters.probe_failure_pct() - 12000.0 / 5920.0).abs() < 1e-9);
         let summary = counters.hedge_summary(2000);

@@ -108,11 +108,10 @@ pub struct ProxyCounters {
     pub hedges_refused: u64,
     /// `prequal_proxy_probes_total{result="ok"}`: probes answered in time.
     pub probes_ok: u64,
-    /// `prequal_proxy_probes_total` with any other result but `skipped`: probes sent that
-    /// failed, timed out or whose reply was dropped.
+    /// `prequal_proxy_probes_total{result="failed"}`: probes sent that failed or timed out.
     pub probes_failed: u64,
-    /// `prequal_proxy_probes_total{result="skipped"}`: probes not sent, because too many were
-    /// already outstanding to their replica.
+    /// `prequal_proxy_probes_total{result="skipped"}` and `{result="dropped"}`: probes not
+    /// sent, because too many were already outstanding to their replica or in their cluster.
     pub probes_skipped: u64,
 }
 
@@ -131,10 +130,10 @@ impl ProxyCounters {
                 "prequal_proxy_probes_total" if line.contains("result=\"ok\"") => {
                     &mut self.probes_ok
                 }
-                "prequal_proxy_probes_total" if line.contains("result=\"skipped\"") => {
-                    &mut self.probes_skipped
+                "prequal_proxy_probes_total" if line.contains("result=\"failed\"") => {
+                    &mut self.probes_failed
                 }
-                "prequal_proxy_probes_total" => &mut self.probes_failed,
+                "prequal_proxy_probes_total" => &mut self.probes_skipped,
                 "prequal_proxy_requests_total" => &mut self.requests,
                 "prequal_proxy_upstream_tries_total" => &mut self.upstream_tries,
                 "prequal_proxy_retries_total" => &mut self.retries,
@@ -147,14 +146,13 @@ impl ProxyCounters {
         }
     }
 
-    /// Probes sent (answered or not; skipped ones were never sent) per query the load
-    /// generator sent.
+    /// Probes sent (answered or not; skipped and dropped ones were never sent) per query the
+    /// load generator sent.
     pub fn probes_per_query(&self, queries: u64) -> f64 {
         (self.probes_ok + self.probes_failed) as f64 / queries.max(1) as f64
     }
 
-    /// The share of the probes sent that failed, timed out or whose reply was dropped, in
-    /// percent.
+    /// The share of the probes sent that failed or timed out, in percent.
     pub fn probe_failure_pct(&self) -> f64 {
         100.0 * self.probes_failed as f64 / (self.probes_ok + self.probes_failed).max(1) as f64
     }

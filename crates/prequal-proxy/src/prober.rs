@@ -10,12 +10,15 @@
 //! second) so that its connection is reused, not replaced.
 //!
 //! Probe traffic is bounded twice, late probes included: at most `max_probes_per_replica` to one
-//! replica and `max_probes_in_flight` per cluster. A probe beyond either bound is reported
-//! failed at once without being sent. The per-replica bound is what keeps one hung host (it
-//! accepts connections and never answers, so each probe to it holds its slot for the probe
-//! timeout and the linger) from using up the cluster's probe capacity and blinding the policy
-//! to every other replica; and since a refused probe counts as a failed one, the policy learns
-//! from them that the replica does not answer (see prequal-core's error aversion).
+//! replica and `max_probes_in_flight` per cluster. A probe beyond either bound is not sent, and
+//! its policy hears so at once ([`ProbeEnd::NotSent`]): no news of the replica, not a failure.
+//! The per-replica bound is what keeps one hung host (it accepts connections and never answers,
+//! so each probe to it holds its slot for the probe timeout and the linger) from using up the
+//! cluster's probe capacity and blinding the policy to every other replica. The policy learns
+//! that such a host does not answer from its probes that time out, each reported failed at its
+//! timeout (see prequal-core's error aversion), not from the probes the bound then keeps back:
+//! flat out, a healthy replica also reaches the bound (it is asked for probes faster than 8 at
+//! a time can be answered), and counting those as failures made healthy replicas look dead.
 //!
 //! The prober knows its owner only as a `ProbeOwner`: what to report a probe's end to. So
 //! the cluster uses the prober, and the prober does not use the cluster.
@@ -26,7 +29,7 @@ use std::time::Duration;
 
 use http::HeaderValue;
 use http::uri::{Authority, PathAndQuery};
-use prequal_core::{LoadReport, ProbeRequest, ReplicaId};
+use prequal_core::{LoadReport, ProbeEnd, ProbeRequest, ReplicaId};
 use prequal_http::protocol::probe_path_and_query;
 use prequal_http::read_probe_reply;
 use prometheus_client::metrics::counter::Counter;
@@ -36,9 +39,9 @@ use crate::config::ClusterConfig;
 use crate::metrics::ClusterMetrics;
 use crate::upstream::Upstream;
 
-/// Rounds of "report failures, drain again" before leftover probes wait for the next event;
-/// keeps a policy that re-probes on every failure from looping while the probe slots are full.
-const MAX_FAILURE_ROUNDS: usize = 2;
+/// Rounds of "report the probes not sent, drain again" before leftover probes wait for the next
+/// event; keeps a policy that asks again at once from looping while the probe slots are full.
+const MAX_UNSENT_ROUNDS: usize = 2;
 /// How long a probe that timed out may still take to finish, for its connection's sake.
 const PROBE_LINGER: Duration = Duration::from_secs(1);
 
@@ -57,9 +60,8 @@ pub(crate) struct ProbeTarget {
 pub(crate) trait ProbeOwner: Send + Sync + 'static {
     /// The prober that sends this owner's probes.
     fn prober(&self) -> &Prober;
-    /// A probe ended: `Some(report)` if answered, `None` if it failed or was never sent.
-    /// Returns the probes the policy asks for next.
-    fn probe_result(&self, probe: &ProbeRequest, report: Option<&LoadReport>) -> Outbox;
+    /// A probe ended. Returns the probes the policy asks for next.
+    fn probe_result(&self, probe: &ProbeRequest, end: ProbeEnd<'_>) -> Outbox;
 }
 
 /// One cluster's probe sender: its probe connections per data-plane worker, the probe timeout
@@ -123,46 +125,46 @@ impl Prober {
 
 /// Sends each probe in `outbox` as its own task, over the probe connections of data-plane
 /// `worker` (the thread this runs on), and reports the ones that cannot be sent to `owner` as
-/// failed (sending what it asks for then, for a few rounds).
+/// not sent (sending what it asks for then, for a few rounds).
 pub(crate) fn send<O: ProbeOwner>(owner: &Arc<O>, outbox: Outbox, worker: usize) {
     let mut outbox = outbox;
-    for _ in 0..MAX_FAILURE_ROUNDS {
+    for _ in 0..MAX_UNSENT_ROUNDS {
         if outbox.is_empty() {
             return;
         }
-        let failed = launch(owner, outbox, worker);
+        let unsent = launch(owner, outbox, worker);
         outbox = Vec::new();
-        for probe in failed {
-            outbox.extend(owner.probe_result(&probe, None));
+        for probe in unsent {
+            outbox.extend(owner.probe_result(&probe, ProbeEnd::NotSent));
         }
     }
-    // Still failing: report without draining further; the next event drains the rest.
+    // Still more: report without draining further; the next event drains the rest.
     for (probe, _) in outbox {
         owner.prober().dropped.inc();
-        let _ = owner.probe_result(&probe, None);
+        let _ = owner.probe_result(&probe, ProbeEnd::NotSent);
     }
 }
 
 /// Starts a task per probe; returns the probes that could not be started.
 fn launch<O: ProbeOwner>(owner: &Arc<O>, outbox: Outbox, worker: usize) -> Vec<ProbeRequest> {
     let prober = owner.prober();
-    let mut failed = Vec::new();
+    let mut unsent = Vec::new();
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return outbox.into_iter().map(|(p, _)| p).collect();
     };
     for (probe, target) in outbox {
         let Some(target) = target else {
-            failed.push(probe);
+            unsent.push(probe);
             continue;
         };
         let Some(outstanding) = Slot::take(&target.outstanding, prober.max_per_replica) else {
             prober.skipped.inc();
-            failed.push(probe);
+            unsent.push(probe);
             continue;
         };
         let Some(in_flight) = Slot::take(&prober.in_flight, prober.max_in_flight) else {
             prober.dropped.inc();
-            failed.push(probe);
+            unsent.push(probe);
             continue;
         };
         let slot = (in_flight, outstanding);
@@ -174,7 +176,7 @@ fn launch<O: ProbeOwner>(owner: &Arc<O>, outbox: Outbox, worker: usize) -> Vec<P
             worker,
         ));
     }
-    failed
+    unsent
 }
 
 /// One probe counted in a bounded count (the cluster's probes in flight, or one replica's
@@ -217,7 +219,7 @@ async fn run_probe<O: ProbeOwner>(
         Ok(Err(error)) => {
             tracing::debug!(cluster = %prober.name, replica = %authority, %error, "probe failed");
             drop(permit);
-            send(&owner, owner.probe_result(&probe, None), worker);
+            send(&owner, owner.probe_result(&probe, ProbeEnd::Failed), worker);
             return;
         }
         Err(_) => {
@@ -225,14 +227,18 @@ async fn run_probe<O: ProbeOwner>(
             // left to finish (within PROBE_LINGER, holding its probe slot) so that its
             // connection goes back to the pool: dropping it would close the connection, and
             // under load, when probes run late, every late probe would cost a new connection.
-            send(&owner, owner.probe_result(&probe, None), worker);
+            send(&owner, owner.probe_result(&probe, ProbeEnd::Failed), worker);
             let _ = tokio::time::timeout(PROBE_LINGER, fetch).await;
             drop(permit);
             return;
         }
     };
     drop(permit);
-    send(&owner, owner.probe_result(&probe, Some(&report)), worker);
+    send(
+        &owner,
+        owner.probe_result(&probe, ProbeEnd::Reply(&report)),
+        worker,
+    );
 }
 
 async fn fetch(

@@ -1,5 +1,6 @@
 //! Replica faults the proxy must read right, over HTTP/1.1 and HTTP/2: tries that clients
-//! abandon on a replica that never answers, and a hung host with many probes outstanding.
+//! abandon on a replica that never answers, a hung host with many probes outstanding, and
+//! healthy replicas asked for probes faster than their bound lets them be sent.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -180,4 +181,42 @@ async fn hung_host_keeps_probes_flowing(proto: Proto) {
 over_h1_and_h2!(
     a_hung_host_does_not_starve_the_probes_of_the_others,
     hung_host_keeps_probes_flowing
+);
+
+async fn probes_beyond_the_bound_are_no_failure(proto: Proto) {
+    let backends = futures_join(2).await;
+    // Healthy replicas whose probe replies take a while: with one probe outstanding allowed per
+    // replica, most probes the policy asks for cannot be sent.
+    for backend in &backends {
+        backend.set_probe_delay_ms(20);
+    }
+    let refs: Vec<&Backend> = backends.iter().collect();
+    let policy = "{ name = \"prequal\", probe_timeout = \"1s\" }";
+    let proxy = start_proxy(&config_text(
+        &refs,
+        proto,
+        policy,
+        "max_probes_per_replica = 1",
+    ))
+    .await;
+    let client = client(proto);
+    assert_eq!(load(&client, proxy.addr, 100, 4).await, 100);
+    let admin = client_again(Proto::H1);
+    let metrics = get(&admin, proxy.admin, "/metrics").await.1;
+    let skipped = metric_sum(&metrics, &["probes_total", "result=\"skipped\""]);
+    let failed = metric_sum(&metrics, &["probes_total", "result=\"failed\""]);
+    assert!(
+        skipped > 20.0,
+        "the bound held most probes back: {skipped}\n{metrics}"
+    );
+    assert_eq!(failed, 0.0, "probes not sent are not failures\n{metrics}");
+    let text = get(&admin, proxy.admin, "/clusters").await.1;
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for replica in json[0]["snapshot"]["replicas"].as_array().unwrap() {
+        assert_eq!(replica["avoided"], false, "{replica}");
+    }
+}
+over_h1_and_h2!(
+    probes_held_back_by_the_bound_do_not_count_against_healthy_replicas,
+    probes_beyond_the_bound_are_no_failure
 );

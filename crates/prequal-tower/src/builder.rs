@@ -88,8 +88,8 @@ impl Builder {
         self.rng(SmallRng::seed_from_u64(seed))
     }
 
-    /// Probes in flight to one replica, late ones included, beyond which more are reported
-    /// failed without being sent (default 8, at least 1).
+    /// Probes in flight to one replica, late ones included, beyond which more are not sent
+    /// (default 8, at least 1). A probe not sent does not count against its replica.
     pub fn max_probes_per_replica(mut self, max: usize) -> Self {
         self.limits.per_replica = max.max(1);
         self

@@ -11,9 +11,12 @@
 //! otherwise cost a new connection.
 //!
 //! Probe traffic is bounded twice, late probes included: per replica and per balancer (see
-//! [`Builder`](crate::Builder)). A probe beyond either bound is reported failed without being
-//! sent. The per-replica bound keeps one hung replica (it accepts connections and never
-//! answers) from using up the balancer's probe capacity and blinding the policy to the others.
+//! [`Builder`](crate::Builder)). A probe beyond either bound is not sent, and the policy hears
+//! so (`on_probe_not_sent`): no news of its replica, not a failure, since flat out a healthy
+//! replica reaches the bound too. The per-replica bound keeps one hung replica (it accepts
+//! connections and never answers) from using up the balancer's probe capacity and blinding the
+//! policy to the others; the policy learns that replica does not answer from its probes that
+//! time out.
 //!
 //! **Timer.** One task per balancer sleeps until the policy's `poll_timeout()` (idle probing,
 //! load polling for `weighted-round-robin` and `yarp-p2c`, sync-mode probe deadlines) and then
@@ -25,7 +28,7 @@ use std::pin::pin;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use prequal_core::{LoadReport, ProbeRequest};
+use prequal_core::{LoadReport, ProbeEnd, ProbeRequest};
 use tokio::sync::Notify;
 
 use crate::driver::Driver;
@@ -38,8 +41,8 @@ pub const PROBE_LINGER: Duration = Duration::from_secs(1);
 /// The shortest sleep of the timer task, so a policy that keeps asking for "now" cannot spin it.
 const MIN_TIMER_STEP: Duration = Duration::from_micros(50);
 
-/// Rounds of "report failures, drain again" when probes cannot be started at all.
-const MAX_FAILURE_ROUNDS: usize = 2;
+/// Rounds of "report the probes not sent, drain again" when probes cannot be started at all.
+const MAX_UNSENT_ROUNDS: usize = 2;
 
 /// Starts each probe in `outbox` as its own task.
 pub(crate) fn send(driver: &Arc<Driver>, outbox: Outbox) {
@@ -48,7 +51,7 @@ pub(crate) fn send(driver: &Arc<Driver>, outbox: Outbox) {
     }
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         // Outside a runtime (a response dropped after it shut down): nothing can be sent.
-        fail_all(driver, outbox);
+        report_unsent(driver, outbox);
         return;
     };
     for (probe, (future, slot)) in outbox {
@@ -57,17 +60,17 @@ pub(crate) fn send(driver: &Arc<Driver>, outbox: Outbox) {
 }
 
 /// Reports every probe failed, draining what the policy asks for next a bounded number of times.
-fn fail_all(driver: &Driver, mut outbox: Outbox) {
-    for _ in 0..MAX_FAILURE_ROUNDS {
+fn report_unsent(driver: &Driver, mut outbox: Outbox) {
+    for _ in 0..MAX_UNSENT_ROUNDS {
         let mut next = Vec::new();
         for (probe, _) in outbox {
-            next.extend(driver.probe_result(&probe, None));
+            next.extend(driver.probe_result(&probe, ProbeEnd::NotSent));
         }
         outbox = next;
     }
     for (probe, _) in outbox {
         // Still more: report without draining; the next event drains the rest.
-        let _ = driver.probe_result(&probe, None);
+        let _ = driver.probe_result(&probe, ProbeEnd::NotSent);
     }
 }
 
@@ -85,7 +88,7 @@ async fn run_probe(driver: Arc<Driver>, probe: ProbeRequest, future: ProbeFuture
             }
             Err(_) => {
                 tracing::trace!(replica = %probe.replica, "probe timed out");
-                let next = driver.probe_result(&probe, None);
+                let next = driver.probe_result(&probe, ProbeEnd::Failed);
                 send(&driver, next);
                 let _ = tokio::time::timeout(PROBE_LINGER, future).await;
                 drop(slot);
@@ -93,7 +96,8 @@ async fn run_probe(driver: Arc<Driver>, probe: ProbeRequest, future: ProbeFuture
             }
         };
     drop(slot);
-    let next = driver.probe_result(&probe, report.as_ref());
+    let end = report.as_ref().map_or(ProbeEnd::Failed, ProbeEnd::Reply);
+    let next = driver.probe_result(&probe, end);
     send(&driver, next);
 }
 

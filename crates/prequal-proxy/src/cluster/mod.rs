@@ -29,8 +29,8 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use prequal_core::{
-    Balancer, Completion, HedgeDecision, LoadReport, Outcome, Pick, ProbeRequest, Query, QueryId,
-    ReplicaId, RetryDecision, Time,
+    Balancer, Completion, HedgeDecision, LoadReport, Outcome, Pick, ProbeEnd, ProbeRequest, Query,
+    QueryId, ReplicaId, RetryDecision, Time,
 };
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
@@ -402,22 +402,20 @@ impl ProbeOwner for Cluster {
         &self.prober
     }
 
-    /// A probe ended: `Some(report)` if answered, `None` if it failed.
-    fn probe_result(&self, probe: &ProbeRequest, report: Option<&LoadReport>) -> Outbox {
+    fn probe_result(&self, probe: &ProbeRequest, end: ProbeEnd<'_>) -> Outbox {
         let now = self.now();
         let mut guard = self.lock();
         let core = &mut *guard;
-        match report {
-            Some(report) => {
-                self.metrics.probes_ok.inc();
-                core.balancer
-                    .on_probe_reply(probe, report, now, &mut core.rng);
-            }
-            None => {
-                self.metrics.probes_failed.inc();
-                core.balancer.on_probe_failure(probe, now);
-            }
+        let counter = match end {
+            ProbeEnd::Reply(_) => Some(&self.metrics.probes_ok),
+            ProbeEnd::Failed => Some(&self.metrics.probes_failed),
+            // Counted by the prober, as skipped or dropped.
+            ProbeEnd::NotSent => None,
+        };
+        if let Some(counter) = counter {
+            counter.inc();
         }
+        core.balancer.on_probe_end(probe, end, now, &mut core.rng);
         let outbox = core.drain(now);
         if core.rearm() {
             self.timer.notify_one();

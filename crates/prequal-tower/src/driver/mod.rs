@@ -30,7 +30,7 @@ use std::task::Waker;
 use std::time::Duration;
 
 use prequal_core::{
-    Balancer, LoadReport, Pick, ProbeRequest, QueryId, ReplicaId, Snapshot, Strict, Time,
+    Balancer, Pick, ProbeEnd, ProbeRequest, QueryId, ReplicaId, Snapshot, Strict, Time,
 };
 use rand::{Rng, RngCore};
 use tokio::sync::Notify;
@@ -233,18 +233,12 @@ impl Driver {
         self.lock().rng.random_range(0..n.max(1))
     }
 
-    /// A probe ended: `Some(report)` if answered, `None` if it failed. Returns the probes the
-    /// policy asks for next.
-    pub(crate) fn probe_result(&self, probe: &ProbeRequest, report: Option<&LoadReport>) -> Outbox {
+    /// A probe ended. Returns the probes the policy asks for next.
+    pub(crate) fn probe_result(&self, probe: &ProbeRequest, end: ProbeEnd<'_>) -> Outbox {
         let now = self.now();
         let mut guard = self.lock();
         let state = &mut *guard;
-        match report {
-            Some(report) => state
-                .balancer
-                .on_probe_reply(probe, report, now, &mut state.rng),
-            None => state.balancer.on_probe_failure(probe, now),
-        }
+        state.balancer.on_probe_end(probe, end, now, &mut state.rng);
         let outbox = self.drain(state, now);
         if self.rearm(state) {
             self.wake.notify_one();
@@ -306,7 +300,13 @@ impl Driver {
             };
             match self.start_probe(state, &probe) {
                 Some(started) => outbox.push((probe, started)),
-                None => state.balancer.on_probe_failure(&probe, now),
+                // Not a failure: flat out, a healthy replica reaches the bound too.
+                None => {
+                    let end = ProbeEnd::NotSent;
+                    state
+                        .balancer
+                        .on_probe_end(&probe, end, now, &mut state.rng);
+                }
             }
         }
         outbox

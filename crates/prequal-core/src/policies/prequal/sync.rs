@@ -311,7 +311,13 @@ impl Policy for PrequalSync {
         }
     }
 
-    fn on_probe_failure(&mut self, probe: &ProbeRequest, _now: Time) {
+    fn on_probe_failure(&mut self, probe: &ProbeRequest, now: Time) {
+        // A failed probe only ends the wait for it: no reply is ranked, none counts against
+        // its replica.
+        self.on_probe_not_sent(probe, now);
+    }
+
+    fn on_probe_not_sent(&mut self, probe: &ProbeRequest, _now: Time) {
         let Some(query) = probe.query else { return };
         let Some(w) = self.waiting.get_mut(&query).filter(|w| !w.ready) else {
             return;

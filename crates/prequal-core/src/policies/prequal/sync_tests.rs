@@ -191,3 +191,25 @@ fn unsent_probes_to_a_departed_replica_count_as_failed() {
     let decision = p.poll_pick(Time::ZERO, &mut rng);
     assert_eq!(decision, Some((QueryId(3), Pick::Replica(first.replica))));
 }
+
+#[test]
+fn a_probe_not_sent_ends_the_wait_for_it() {
+    let mut p = sync_policy(2);
+    let mut rng = rng(7);
+    let query = Query {
+        id: QueryId(4),
+        hint: None,
+    };
+    assert_eq!(p.pick(&query, Time::ZERO, &mut rng), Pick::Pending);
+    let first = p.poll_probe(Time::ZERO, &mut rng).expect("a probe");
+    let second = p.poll_probe(Time::ZERO, &mut rng).expect("a second probe");
+    p.on_probe_reply(&first, &report(1, 5), Time::ZERO, &mut rng);
+    assert_eq!(
+        p.poll_pick(Time::ZERO, &mut rng),
+        None,
+        "one probe still out"
+    );
+    p.on_probe_not_sent(&second, Time::ZERO);
+    let decision = p.poll_pick(Time::ZERO, &mut rng);
+    assert_eq!(decision, Some((QueryId(4), Pick::Replica(first.replica))));
+}

@@ -529,3 +529,21 @@ fn config_rejects_out_of_range_values_by_key() {
     assert_eq!(parsed.probe_rate, 1.5);
     assert!(toml::from_str::<Config>("qrif = 0.5").is_err());
 }
+
+#[test]
+fn probes_not_sent_do_not_count_against_their_replica() {
+    let mut p = policy(&Config::default(), 3);
+    let busy = ReplicaId(0);
+    let now = Time::from_millis(10);
+    for _ in 0..10 {
+        p.on_probe_not_sent(&probe(busy.0), now);
+    }
+    assert!(
+        !p.snapshot(now).replicas[0].avoided,
+        "a driver's bound on probes outstanding says nothing about the replica"
+    );
+    for _ in 0..crate::policies::probing::aversion::PROBE_FAILURES_TO_AVOID {
+        p.on_probe_failure(&probe(busy.0), now);
+    }
+    assert!(p.snapshot(now).replicas[0].avoided, "failed probes do");
+}
