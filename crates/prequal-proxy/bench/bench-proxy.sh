@@ -133,19 +133,22 @@ flat() {
         $1=="Requests/sec:" {printf "%.0f %d %.2f\n", $2, reqs, t/hz}'
 }
 
-# The sum of a counter family's samples in the proxy's /metrics.
-counter() { curl -s "http://127.0.0.1:$ADMIN/metrics" | awk -v m="$1" 'index($1, m) == 1 {s += $2} END {print s + 0}'; }
+# The sum of a counter family's samples in the proxy's /metrics (only those whose labels match
+# the regular expression $2, if given).
+counter() { curl -s "http://127.0.0.1:$ADMIN/metrics" | awk -v m="$1" -v l="${2:-}" 'index($1, m) == 1 && $1 ~ l {s += $2} END {print s + 0}'; }
+# Probes sent, answered or not (not the ones a bound kept back: skipped or dropped).
+SENT='result="(ok|failed)"'
 
 report() { # name port pid
     local probes="-" p0 r0
     read -r p50 p99 rps < <(paced "$2")
     if [ "$1" = direct ]; then D50=$p50; D99=$p99; fi
     if [ -n "$3" ]; then
-        if [ "$1" != "${1#prequal}" ]; then p0=$(counter prequal_proxy_probes_total); r0=$(counter prequal_proxy_requests_total); fi
+        if [ "$1" != "${1#prequal}" ]; then p0=$(counter prequal_proxy_probes_total "$SENT"); r0=$(counter prequal_proxy_requests_total); fi
         read -r max reqs cpu < <(flat "$2" "$3")
         per=$(awk -v r="$reqs" -v c="$cpu" 'BEGIN { if (c > 0) printf "%.0f", r / c; else print "n/a" }')
         if [ "$1" != "${1#prequal}" ]; then
-            probes=$(awk -v p="$(counter prequal_proxy_probes_total)" -v p0="$p0" -v r="$(counter prequal_proxy_requests_total)" -v r0="$r0" \
+            probes=$(awk -v p="$(counter prequal_proxy_probes_total "$SENT")" -v p0="$p0" -v r="$(counter prequal_proxy_requests_total)" -v r0="$r0" \
                 'BEGIN { if (r > r0) printf "%.2f", (p - p0) / (r - r0); else print "n/a" }')
         fi
     else
