@@ -94,6 +94,8 @@ impl Config {
             max_age: self.max_age,
             delta: self.delta,
             remove_rate: self.remove_rate,
+            // The paper's pool: this rule is a baseline from its comparison.
+            completions_lower_rif: false,
             max_idle: self.max_idle,
             probe_timeout: self.probe_timeout,
             aversion: Aversion {

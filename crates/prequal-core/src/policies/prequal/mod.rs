@@ -16,7 +16,10 @@
 //!   ([`params::pool_capacity`]). Each reply may be used b_reuse = max{1, (1+δ)/((1 − m/n)·r_probe
 //!   − r_remove)} times (δ = `delta`, default 1; randomly rounded per reply; capped at m, which
 //!   is also the value when the denominator is ≤ 0, see [`params::b_reuse`]). Using a reply adds
-//!   one to its RIF, accounting for the query this client just sent there.
+//!   one to its RIF, accounting for the query this client just sent there. Our addition, on by
+//!   default (`completions_lower_rif = false` is the paper's pool): when a query of this client
+//!   finishes, its replica's reply loses that one again, as it does one for a query that was in
+//!   flight when the reply came ([`Pool::on_finished`](super::probing::pool::Pool::on_finished)).
 //! - **Removal.** `remove_rate` (r_remove, default 1) replies per query, alternating between the
 //!   oldest and the worst (the highest RIF among hot replies if any is hot, else the highest
 //!   latency among cold ones).
@@ -89,7 +92,7 @@ use hcl::Hcl;
 pub type Prequal = AsyncProbing<Hcl>;
 
 /// `prequal` parameters. Every key is optional; defaults are those of the paper's testbed,
-/// except `latency_band` (the paper's rule is 0).
+/// except `latency_band` (the paper's rule is 0) and `completions_lower_rif` (false).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -108,9 +111,12 @@ pub struct Config {
     pub remove_rate: f64,
     /// RIF quantile above which a reply is hot, default 2^−0.25.
     pub q_rif: f64,
-    /// Cold replies within (1 + this) × the fastest cold latency rank by RIF, default 1.0
+    /// Cold replies within (1 + this) × the fastest cold latency rank by RIF, default 1.5
     /// (the paper's rule: 0).
     pub latency_band: f64,
+    /// A finished query of this client lowers its replica's reply RIF by one, default true
+    /// (the paper's pool: false).
+    pub completions_lower_rif: bool,
     /// Idle-probe period, default 100 ms.
     #[serde(with = "humantime_serde")]
     pub max_idle: Duration,
@@ -135,6 +141,7 @@ impl Default for Config {
             remove_rate: params::REMOVE_RATE,
             q_rif: params::Q_RIF,
             latency_band: params::LATENCY_BAND,
+            completions_lower_rif: params::COMPLETIONS_LOWER_RIF,
             max_idle: params::MAX_IDLE,
             probe_timeout: params::PROBE_TIMEOUT,
             error_threshold: params::ERROR_THRESHOLD,
@@ -153,6 +160,7 @@ impl Config {
             max_age: self.max_age,
             delta: self.delta,
             remove_rate: self.remove_rate,
+            completions_lower_rif: self.completions_lower_rif,
             max_idle: self.max_idle,
             probe_timeout: self.probe_timeout,
             aversion: Aversion {
@@ -179,6 +187,7 @@ impl BuildPolicy for Config {
             params::REMOVE_RATE_DOC,
             params::Q_RIF_DOC,
             params::LATENCY_BAND_DOC,
+            params::COMPLETIONS_LOWER_RIF_DOC,
             params::MAX_IDLE_DOC,
             params::PROBE_TIMEOUT_DOC,
             params::ERROR_THRESHOLD_DOC,

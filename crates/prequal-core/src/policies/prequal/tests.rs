@@ -178,6 +178,41 @@ fn the_default_latency_band_prefers_the_lower_rif_among_comparable_latencies() {
 }
 
 #[test]
+fn finished_queries_lower_their_replica_reply_unless_the_paper_pool_is_asked_for() {
+    // Replica 0 reports RIF 4 and replica 1 RIF 2, same latency: replica 1 is chosen and its
+    // reply rises to 3. Then two queries that were at replica 0 when it answered finish: by
+    // default its reply falls to 2 and it is chosen next; in the paper's pool it stays at 4.
+    let choose_after_finishes = |completions_lower_rif: bool| {
+        let config = Config {
+            q_rif: 1.0,
+            remove_rate: 0.0,
+            completions_lower_rif,
+            ..Config::default()
+        };
+        let mut p = policy(&config, 2);
+        let mut rng = rng(3);
+        let at = Time::from_millis(10);
+        p.on_probe_reply(&probe(0), &report(4, 10), at, &mut rng);
+        p.on_probe_reply(&probe(1), &report(2, 10), at, &mut rng);
+        assert_eq!(pick_id(&mut p, 1, at, &mut rng), ReplicaId(1));
+        p.on_dispatch(ReplicaId(1), QueryId(1), at);
+        let done = Time::from_millis(20);
+        for q in [90, 91] {
+            let finished = Completion {
+                query: QueryId(q),
+                latency: Duration::from_millis(15),
+                outcome: Outcome::Success,
+            };
+            p.on_complete(ReplicaId(0), &finished, done);
+        }
+        pick_id(&mut p, 2, done, &mut rng)
+    };
+    assert_eq!(choose_after_finishes(true), ReplicaId(0));
+    assert_eq!(choose_after_finishes(false), ReplicaId(1));
+    assert!(Config::default().completions_lower_rif);
+}
+
+#[test]
 fn the_latency_band_shrinks_when_the_pool_samples_a_large_cluster() {
     // 100 replicas, a pool of 16: the band is 1.0 × 16/100, so 18 ms is not within 11.6 ms.
     let config = Config {

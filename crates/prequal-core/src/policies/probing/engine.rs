@@ -462,6 +462,12 @@ impl<R: Rule> Policy for AsyncProbing<R> {
             load.on_complete(completion.outcome, now, &self.params.aversion);
         }
         self.rule.on_complete(replica, completion);
+        if self.params.completions_lower_rif {
+            let dispatched = now
+                .as_nanos()
+                .saturating_sub(duration_nanos(completion.latency));
+            self.pool.on_finished(replica, Time::from_nanos(dispatched));
+        }
     }
 
     fn poll_probe(&mut self, _now: Time, _rng: &mut dyn RngCore) -> Option<ProbeRequest> {
@@ -494,6 +500,7 @@ impl<R: Rule> Policy for AsyncProbing<R> {
             latency: report.latency,
             latency_ns: duration_nanos(report.latency),
             uses: 0,
+            settled: 0,
             budget,
             slot,
         });

@@ -27,6 +27,9 @@ pub const Q_RIF: f64 = 0.840_896_415_253_714_5;
 /// Default latency band of HCL's cold pick: replies within 2.5 times the fastest cold latency
 /// count as equally fast (0 is the paper's rule; see `hcl.rs` and docs/policies.md).
 pub const LATENCY_BAND: f64 = 1.5;
+/// Default for whether a finished query lowers its replica's pooled reply RIF: on, our
+/// addition (off is the paper's pool, where only a use changes a reply; docs/policies.md).
+pub const COMPLETIONS_LOWER_RIF: bool = true;
 /// Default idle-probe period: a tenth of the age limit, so an idle client, sending one probe
 /// per period, still holds about ten fresh replies, well above the two HCL needs.
 pub const MAX_IDLE: Duration = Duration::from_millis(100);
@@ -92,6 +95,14 @@ pub const LATENCY_BAND_DOC: ParamDoc = ParamDoc {
           rank by RIF, before the other cold ones; band = latency_band × min(1, pool size / \
           replicas); >= 0; 0 is the paper's HCL",
 };
+/// `completions_lower_rif`.
+pub const COMPLETIONS_LOWER_RIF_DOC: ParamDoc = ParamDoc {
+    key: "completions_lower_rif",
+    default: "true",
+    doc: "a query of this client that finishes takes one off its replica's reply in the pool, \
+          as a use adds one (if the query was in flight when the reply came, or went on it); \
+          false is the paper's pool, where replies only rise",
+};
 /// `max_idle`.
 pub const MAX_IDLE_DOC: ParamDoc = ParamDoc {
     key: "max_idle",
@@ -132,6 +143,9 @@ pub struct ProbingParams {
     pub delta: f64,
     /// Replies removed per query (r_remove).
     pub remove_rate: f64,
+    /// Whether a finished query of this client lowers its replica's reply RIF by one
+    /// ([`Pool::on_finished`](super::pool::Pool::on_finished)).
+    pub completions_lower_rif: bool,
     /// Longest time without probing before an idle probe is sent.
     pub max_idle: Duration,
     /// How long a probe may take before the driver reports it failed.

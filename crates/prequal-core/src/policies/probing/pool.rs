@@ -36,6 +36,9 @@ pub struct Entry {
     pub(crate) latency_ns: u64,
     /// Times this client has used the reply.
     pub uses: u32,
+    /// How many of the queries sent on the reply have finished (at most `uses`; see
+    /// [`Pool::on_finished`]).
+    pub settled: u32,
     /// Uses allowed before the reply is removed (b_reuse, rounded for this reply; at least 1).
     pub budget: u32,
     /// The replica's position in the policy's replica set, so ranking reads its state without
@@ -152,6 +155,26 @@ impl Pool {
         }
     }
 
+    /// A query this client sent to `replica` at `dispatched` has finished: the replica's reply,
+    /// if one is held, loses the one RIF that query added to it. A query sent before the reply
+    /// arrived was in flight when the replica answered, so it is in the reported RIF; one sent
+    /// since went on the reply and its use added one. A query sent since that did not go on the
+    /// reply (a random fallback, or a replica the balancer chose instead) was never counted
+    /// and changes nothing. Never below zero.
+    pub fn on_finished(&mut self, replica: ReplicaId, dispatched: Time) {
+        let Some(index) = self.position(replica) else {
+            return;
+        };
+        let entry = &mut self.entries[index];
+        if dispatched > entry.received {
+            if entry.settled >= entry.uses {
+                return;
+            }
+            entry.settled += 1;
+        }
+        entry.rif = entry.rif.saturating_sub(1);
+    }
+
     /// The reply at `index` (0 = oldest).
     pub fn get(&self, index: usize) -> Option<&Entry> {
         self.entries.get(index)
@@ -255,9 +278,40 @@ mod tests {
             latency: Duration::from_millis(5),
             latency_ns: 5_000_000,
             uses: 0,
+            settled: 0,
             budget,
             slot: 0,
         }
+    }
+
+    #[test]
+    fn a_finished_query_lowers_its_reply_once_if_it_was_counted() {
+        let mut pool = Pool::new(4, Duration::from_secs(1));
+        let mut reply = entry(1, 10, 8);
+        reply.rif = 3;
+        pool.insert(reply);
+        let rif = |pool: &Pool| pool.get(0).map(|e| e.rif);
+        // Sent before the reply came: in the reported RIF.
+        pool.on_finished(ReplicaId(1), Time::from_millis(5));
+        assert_eq!(rif(&pool), Some(2));
+        // Sent since, but not on the reply: never counted.
+        pool.on_finished(ReplicaId(1), Time::from_millis(11));
+        assert_eq!(rif(&pool), Some(2));
+        // Two uses; only two of the queries sent since can take their one back.
+        pool.use_entry(0);
+        pool.use_entry(0);
+        assert_eq!(rif(&pool), Some(4));
+        for _ in 0..3 {
+            pool.on_finished(ReplicaId(1), Time::from_millis(12));
+        }
+        assert_eq!(rif(&pool), Some(2));
+        // Never below zero, and other replicas' replies are untouched.
+        for _ in 0..5 {
+            pool.on_finished(ReplicaId(1), Time::from_millis(1));
+        }
+        assert_eq!(rif(&pool), Some(0));
+        pool.on_finished(ReplicaId(2), Time::from_millis(1));
+        assert_eq!(pool.len(), 1);
     }
 
     #[test]
