@@ -22,7 +22,12 @@
 //! `min_samples` fresh samples (it has been idle) does the estimate use the newest samples of
 //! any RIF, however old, back to the first gap longer than `max_age + stale_half_life` in the
 //! replica's traffic (a replica that clients shunned for a long while is judged by the queries
-//! it served after the gap, not by those before it); and once the replica has had no fresh
+//! it served after the gap, not by those before it). Among those newest samples, when the
+//! oldest is stale, a run of the newest two or more that all lie below half of every one of
+//! the four or more before them is a faster regime and alone decides: a replica back from a
+//! slow spell, whose clients send it a stray query now and then, reports its own speed after
+//! two of them instead of after enough to outvote the spell's samples. And once the replica
+//! has had no fresh
 //! sample at all, that stale estimate halves every [`EstimatorConfig::stale_half_life`]
 //! (default 10 s), so a replica that clients shun for being slow is tried again eventually
 //! instead of never. The first query it then gets is a trial: until it finishes, the report

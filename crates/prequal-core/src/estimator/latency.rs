@@ -163,6 +163,20 @@ impl LatencyEstimator {
                 .unwrap_or(0);
             runs.drop_front(after_gap);
             span.newest = true;
+            let window = runs.len.saturating_sub(self.config.min_samples);
+            let samples = &runs.buf[window..runs.len];
+            // Only stale samples give way to a faster regime. The answer changes when the
+            // oldest of these goes stale, but `until` already ends then: a fresh sample here
+            // was gathered above.
+            let stale = samples.first().is_some_and(|oldest| {
+                oldest
+                    .at
+                    .saturating_add(duration_nanos(self.config.max_age))
+                    < now
+            });
+            if stale && let Some(start) = new_regime(samples) {
+                runs.drop_front(window + start);
+            }
         }
         if runs.len == 0 {
             return (None, until, span);
@@ -269,6 +283,38 @@ impl LatencyEstimator {
         runs.push_run(bucket.in_order(), oldest);
     }
 }
+
+/// Where the newest samples of a replica with too few fresh ones, the oldest of them stale,
+/// start a faster regime, if they do: the longest run of newest samples, two or more, all below
+/// half the fastest of the [`REGIME_BEFORE`] or more samples before them. A replica back from a
+/// slow spell then reports its own speed after two queries, instead of after enough to outvote
+/// the spell's samples (at one stray query a second, some ten seconds during which it gets
+/// almost no traffic). Samples of one regime are rarely so far apart, one lucky query is never
+/// enough, and a replica with a short history has no regime to leave. Only faster: a replica
+/// turning slower already shows it through the in-flight floor and the stall its abandoned
+/// queries leave, which are forgotten on purpose once they stop.
+fn new_regime(samples: &[Sample]) -> Option<usize> {
+    let n = samples.len();
+    if n < REGIME_BEFORE + 2 {
+        return None;
+    }
+    // The slowest of every suffix.
+    let mut slowest = vec![0u64; n + 1];
+    for i in (0..n).rev() {
+        slowest[i] = slowest[i + 1].max(samples[i].latency);
+    }
+    let mut fastest_before = u64::MAX;
+    for start in 1..=n - 2 {
+        fastest_before = fastest_before.min(samples[start - 1].latency);
+        if start >= REGIME_BEFORE && slowest[start].saturating_mul(2) < fastest_before {
+            return Some(start);
+        }
+    }
+    None
+}
+
+/// The fewest samples that make a regime a new one can be told from ([`new_regime`]).
+const REGIME_BEFORE: usize = 4;
 
 /// The estimate from the chosen latencies: their median and their largest, read off the end
 /// once the median has sorted them. Sorts `latencies`.

@@ -110,7 +110,8 @@ fn fewer_samples_than_wanted_are_all_used() {
 
 #[test]
 fn a_slow_episode_shows_within_a_bounded_number_of_completions() {
-    // Low rate (one completion a second): the newest 16 decide, so 9 slow ones flip the median.
+    // Low rate (one completion a second): the newest 16 decide, so 9 slow ones flip the median
+    // (only a faster regime stands alone, see the next test).
     let mut est = estimator();
     let mut t = 0;
     for _ in 0..32 {
@@ -344,6 +345,21 @@ mod properties {
                 .find(|&i| newest[i - 1].0 - newest[i].0 > gap)
                 .unwrap_or(newest.len());
             samples = newest[..keep].to_vec();
+            // A faster regime among the newest `min_samples`: the longest run of newest
+            // samples, two or more, all below half the fastest of the four or more before them.
+            let mut window: Vec<(u64, u64)> =
+                samples.iter().take(config.min_samples).copied().collect();
+            window.reverse();
+            let stale = window.first().is_some_and(|s| s.0 < fresh_since);
+            for start in 4..window.len().saturating_sub(1) {
+                let (old, new) = window.split_at(start);
+                let fastest_before = old.iter().map(|s| s.1).min().unwrap_or(0);
+                let slowest_after = new.iter().map(|s| s.1).max().unwrap_or(u64::MAX);
+                if stale && slowest_after * 2 < fastest_before {
+                    samples = new.to_vec();
+                    break;
+                }
+            }
         }
         if samples.is_empty() {
             return None;
@@ -453,26 +469,30 @@ mod properties {
             steps in prop::collection::vec((0u32..40, 1u64..50_000, 1u64..3_000), 1..300),
             asks in prop::collection::vec((0u32..60, 0u64..30_000), 1..20),
         ) {
-            let config = EstimatorConfig {
-                window: Duration::from_millis(3),
-                min_samples: 5,
-                max_age: Duration::from_millis(40),
-                stale_half_life: Duration::from_millis(30),
-                ..EstimatorConfig::default()
-            };
-            let mut est = LatencyEstimator::new(config);
-            let mut log: Vec<(u32, u64, u64)> = Vec::new();
-            let mut now = 0u64;
-            let mut asked = asks.iter().cycle();
-            for (i, &(rif, latency_us, gap_us)) in steps.iter().enumerate() {
-                now += gap_us * 1_000;
-                est.record(rif, Duration::from_micros(latency_us), Time::from_nanos(now));
-                log.push((rif, latency_us * 1_000, now));
-                if i % 3 == 0 && let Some(&(ask_rif, after_us)) = asked.next() {
-                    let at = now + after_us * 1_000;
-                    let want = reference_estimate(&config, &log, ask_rif, at);
-                    let got = est.compute(bucket_of(ask_rif), at).0;
-                    prop_assert_eq!(got, want, "rif {} at {}", ask_rif, at);
+            // Five samples are too few for a faster regime to stand out (four before it and
+            // two in it); eight leave room for it.
+            for min_samples in [5, 8] {
+                let config = EstimatorConfig {
+                    window: Duration::from_millis(3),
+                    min_samples,
+                    max_age: Duration::from_millis(40),
+                    stale_half_life: Duration::from_millis(30),
+                    ..EstimatorConfig::default()
+                };
+                let mut est = LatencyEstimator::new(config);
+                let mut log: Vec<(u32, u64, u64)> = Vec::new();
+                let mut now = 0u64;
+                let mut asked = asks.iter().cycle();
+                for (i, &(rif, latency_us, gap_us)) in steps.iter().enumerate() {
+                    now += gap_us * 1_000;
+                    est.record(rif, Duration::from_micros(latency_us), Time::from_nanos(now));
+                    log.push((rif, latency_us * 1_000, now));
+                    if i % 3 == 0 && let Some(&(ask_rif, after_us)) = asked.next() {
+                        let at = now + after_us * 1_000;
+                        let want = reference_estimate(&config, &log, ask_rif, at);
+                        let got = est.compute(bucket_of(ask_rif), at).0;
+                        prop_assert_eq!(got, want, "rif {} at {}", ask_rif, at);
+                    }
                 }
             }
         }
@@ -484,26 +504,29 @@ mod properties {
         fn memo_answers_equal_fresh_computations(
             steps in prop::collection::vec((0u8..4, 0u32..6, 1u64..20_000, 0u64..1_500), 1..400),
         ) {
-            let config = EstimatorConfig {
-                window: Duration::from_millis(2),
-                min_samples: 4,
-                max_age: Duration::from_millis(6),
-                ..EstimatorConfig::default()
-            };
-            let mut est = LatencyEstimator::new(config);
-            let mut now = Time::ZERO;
-            for &(op, rif, latency_us, gap_us) in &steps {
-                now = now + Duration::from_micros(gap_us);
-                // One record for three estimates, over few buckets, so estimates repeat.
-                if op == 0 {
-                    est.record(rif, Duration::from_micros(latency_us), now);
-                } else {
-                    let fresh = est.compute(bucket_of(rif), now.as_nanos()).0;
-                    let answer = est.estimate_with_max(rif, now).map(|(median, max)| Estimate {
-                        median: median.as_nanos() as u64,
-                        max: max.as_nanos() as u64,
-                    });
-                    prop_assert_eq!(answer, fresh, "rif {} at {:?}", rif, now);
+            // Eight samples leave room for a faster regime among an idle replica's newest.
+            for min_samples in [4, 8] {
+                let config = EstimatorConfig {
+                    window: Duration::from_millis(2),
+                    min_samples,
+                    max_age: Duration::from_millis(6),
+                    ..EstimatorConfig::default()
+                };
+                let mut est = LatencyEstimator::new(config);
+                let mut now = Time::ZERO;
+                for &(op, rif, latency_us, gap_us) in &steps {
+                    now = now + Duration::from_micros(gap_us);
+                    // One record for three estimates, over few buckets, so estimates repeat.
+                    if op == 0 {
+                        est.record(rif, Duration::from_micros(latency_us), now);
+                    } else {
+                        let fresh = est.compute(bucket_of(rif), now.as_nanos()).0;
+                        let answer = est.estimate_with_max(rif, now).map(|(median, max)| Estimate {
+                            median: median.as_nanos() as u64,
+                            max: max.as_nanos() as u64,
+                        });
+                        prop_assert_eq!(answer, fresh, "rif {} at {:?}", rif, now);
+                    }
                 }
             }
         }
@@ -731,6 +754,58 @@ fn samples_before_a_gap_in_traffic_stop_counting_once_one_follows_it() {
     assert_eq!(
         est.estimate(0, Time::from_secs(60)),
         Some(Duration::from_micros(107_500))
+    );
+}
+
+#[test]
+fn a_replica_back_from_a_slow_spell_reports_its_speed_after_two_queries() {
+    let mut est = estimator();
+    // A replica whose queries took 2 s, then a stray query every half second at 170 ms: one
+    // fast sample is not a new regime, two are.
+    let at = |ms_: u64| Time::from_millis(ms_);
+    for i in 0..16 {
+        est.record(0, ms(2000), at(100 * i));
+    }
+    est.record(0, ms(170), at(3000));
+    assert_eq!(est.estimate(0, at(3001)), Some(ms(2000)));
+    est.record(0, ms(172), at(3500));
+    assert_eq!(est.estimate(0, at(3501)), Some(ms(171)));
+    // Further samples of the new regime keep counting, the old one is gone.
+    est.record(0, ms(174), at(4000));
+    assert_eq!(est.estimate(0, at(4001)), Some(ms(172)));
+    // Not the other way round: slower samples still need to outvote the others (a slowdown
+    // shows through the in-flight floor and the stalls abandoned queries leave).
+    let mut est = estimator();
+    for i in 0..16 {
+        est.record(0, ms(20), at(100 * i));
+    }
+    est.record(0, ms(400), at(3000));
+    est.record(0, ms(500), at(3500));
+    assert_eq!(est.estimate(0, at(3501)), Some(ms(20)));
+    // Nor while the samples before are still fresh: that is not an idle replica's history.
+    let mut est = estimator();
+    for _ in 0..8 {
+        est.record(0, ms(2000), at(3000));
+    }
+    est.record(0, ms(170), at(3500));
+    est.record(0, ms(172), at(3600));
+    assert_eq!(est.estimate(0, at(3601)), Some(ms(2000)));
+}
+
+#[test]
+fn ordinary_spread_at_a_low_rate_is_not_a_new_regime() {
+    // Log-normal-like spread, newest samples at the low end of it but not half of the fastest
+    // before them: the newest 16 decide, as before.
+    let mut est = estimator();
+    let latencies = [
+        30, 22, 41, 25, 35, 28, 19, 33, 26, 38, 24, 31, 27, 36, 11, 10,
+    ];
+    for (i, l) in latencies.iter().enumerate() {
+        est.record(0, ms(*l), Time::from_millis(500 * i as u64));
+    }
+    assert_eq!(
+        est.estimate(0, Time::from_secs(20)),
+        Some(Duration::from_micros(27_500))
     );
 }
 
