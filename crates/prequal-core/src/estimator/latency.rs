@@ -295,11 +295,11 @@ impl LatencyEstimator {
 /// queries leave, which are forgotten on purpose once they stop.
 fn new_regime(samples: &[Sample]) -> Option<usize> {
     let n = samples.len();
-    if n < REGIME_BEFORE + 2 {
+    if !(REGIME_BEFORE + 2..=RING).contains(&n) {
         return None;
     }
-    // The slowest of every suffix.
-    let mut slowest = vec![0u64; n + 1];
+    // The slowest of every suffix (`min_samples` is at most a ring).
+    let mut slowest = [0u64; RING + 1];
     for i in (0..n).rev() {
         slowest[i] = slowest[i + 1].max(samples[i].latency);
     }
