@@ -27,10 +27,9 @@
 //! the four or more before them is a faster regime and alone decides: a replica back from a
 //! slow spell, whose clients send it a stray query now and then, reports its own speed after
 //! two of them instead of after enough to outvote the spell's samples. And once the replica
-//! has had no fresh
-//! sample at all, that stale estimate halves every [`EstimatorConfig::stale_half_life`]
-//! (default 10 s), so a replica that clients shun for being slow is tried again eventually
-//! instead of never. The first query it then gets is a trial: until it finishes, the report
+//! has had no fresh sample at all, that stale estimate halves every
+//! [`EstimatorConfig::stale_half_life`] (default 10 s), so a replica that clients shun for
+//! being slow is tried again eventually instead of never. The first query it then gets is a trial: until it finishes, the report
 //! is the estimate from before the fade.
 //!
 //! Queries whose clients went away before the answer ([`LoadTracker::on_abandon`]) leave their
