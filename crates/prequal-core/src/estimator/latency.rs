@@ -25,6 +25,10 @@ pub struct LatencyEstimator {
     pub(super) newest: Bucket,
     /// Estimates already computed, reused while provably unchanged.
     pub(super) memo: Memo,
+    /// The instant the stale fade counts from (`max_age` later it starts): the newest sample,
+    /// except one that came while the estimate was stale and lies below half of it (see
+    /// [`LatencyEstimator::record`]).
+    pub(super) fade_from: u64,
 }
 
 impl LatencyEstimator {
@@ -41,6 +45,7 @@ impl LatencyEstimator {
             top: 0,
             newest: Bucket::default(),
             memo: Memo::new(BUCKETS),
+            fade_from: 0,
         }
     }
 
@@ -63,8 +68,21 @@ impl LatencyEstimator {
         let bucket = bucket_of(rif_at_arrival);
         self.buckets[bucket].push(sample);
         self.top = self.top.max(bucket);
+        let was_stale = sample.at > self.stale_since().as_nanos();
         self.newest.push(sample);
         self.memo.invalidate(bucket);
+        // A query sent while the estimate had gone stale (a trial) that came back in under half
+        // of what the estimate still says leaves the fade where it was, so the next trial comes
+        // at once instead of after another `max_age` and the halvings back down. Two such
+        // queries make a faster regime (`new_regime`), whose estimate the next one no longer
+        // beats by half, and the fade ends there. Any other sample ends it.
+        let faster = was_stale
+            && self
+                .estimate_nanos(rif_at_arrival, now)
+                .is_some_and(|e| sample.latency.saturating_mul(2) < e.median);
+        if !faster {
+            self.fade_from = sample.at;
+        }
     }
 
     /// Median of recent samples at or near `rif`; None before any sample.
@@ -92,11 +110,12 @@ impl LatencyEstimator {
         }
     }
 
-    /// When the estimate goes (or went) stale: `max_age` after the newest sample.
+    /// When the estimate goes (or went) stale: `max_age` after the newest sample (or after the
+    /// newest before a run of trials each faster than half the estimate, see
+    /// [`LatencyEstimator::record`]).
     pub fn stale_since(&self) -> Time {
         Time::from_nanos(
-            self.newest
-                .newest_at()
+            self.fade_from
                 .saturating_add(duration_nanos(self.config.max_age)),
         )
     }

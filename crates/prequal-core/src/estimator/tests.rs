@@ -737,6 +737,54 @@ fn an_idle_replica_stale_estimate_halves_every_half_life() {
 }
 
 #[test]
+fn a_trial_faster_than_half_the_stale_estimate_leaves_the_fade_running() {
+    // A replica shunned while its queries took 80 ms, tried once its fade had taken the report
+    // to 57 ms (the spell is over: the trial takes 8 ms).
+    let slow = |start: u64| {
+        let mut tracker = LoadTracker::new(EstimatorConfig::default());
+        for i in 0..16 {
+            let arrival = tracker.on_arrival(Time::from_millis(start + 10 * i));
+            tracker.on_finish(
+                arrival,
+                Outcome::Success,
+                Time::from_millis(start + 10 * i + 80),
+            );
+        }
+        tracker
+    };
+    let mut tracker = slow(0);
+    // Stale from 1.23 s, then half a half-life.
+    let faded = Time::from_millis(6_230);
+    assert!(tracker.report(faded).latency < ms(57));
+    let trial = tracker.on_arrival(faded);
+    assert_eq!(tracker.report(faded).latency, ms(80));
+    tracker.on_finish(trial, Outcome::Success, faded + ms(8));
+    // One fast query is not yet a new regime, but the report stays faded, so the next query
+    // comes at once instead of some 6 s later. It is a trial too.
+    let next = faded + ms(20);
+    assert!(tracker.report(next).latency < ms(57));
+    let second = tracker.on_arrival(next);
+    assert_eq!(tracker.report(next).latency, ms(80));
+    tracker.on_finish(second, Outcome::Success, next + ms(9));
+    // Two make a faster regime, and the fade ends with it: the report is their median.
+    assert_eq!(
+        tracker.report(next + ms(10)).latency,
+        Duration::from_micros(8_500)
+    );
+    assert_eq!(
+        tracker.report(next + ms(990)).latency,
+        Duration::from_micros(8_500)
+    );
+
+    // A trial as slow as the estimate (the spell goes on) starts the fade afresh.
+    let mut tracker = slow(0);
+    let trial = tracker.on_arrival(faded);
+    tracker.on_finish(trial, Outcome::Success, faded + ms(75));
+    assert_eq!(tracker.report(faded + ms(80)).latency, ms(80));
+    assert_eq!(tracker.report(faded + ms(1_000)).latency, ms(80));
+}
+
+#[test]
 fn samples_before_a_gap_in_traffic_stop_counting_once_one_follows_it() {
     let mut est = estimator();
     // A replica shunned after its queries took 2 s, idle for 30 s, then tried once: 170 ms.
