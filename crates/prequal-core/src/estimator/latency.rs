@@ -68,21 +68,43 @@ impl LatencyEstimator {
         let bucket = bucket_of(rif_at_arrival);
         self.buckets[bucket].push(sample);
         self.top = self.top.max(bucket);
-        let was_stale = sample.at > self.stale_since().as_nanos();
+        // A query sent while the estimate had gone stale (a trial) that could start a faster
+        // regime leaves the fade where it was, so the next trial comes at once instead of after
+        // another `max_age` and the halvings back down. Two such queries make the faster regime
+        // (`new_regime`) and the second, no faster than the first by half, ends the fade. Any
+        // other sample ends it.
+        let faster = sample.at > self.stale_since().as_nanos() && self.may_start_regime(sample);
         self.newest.push(sample);
         self.memo.invalidate(bucket);
-        // A query sent while the estimate had gone stale (a trial) that came back in under half
-        // of what the estimate still says leaves the fade where it was, so the next trial comes
-        // at once instead of after another `max_age` and the halvings back down. Two such
-        // queries make a faster regime (`new_regime`), whose estimate the next one no longer
-        // beats by half, and the fade ends there. Any other sample ends it.
-        let faster = was_stale
-            && self
-                .estimate_nanos(rif_at_arrival, now)
-                .is_some_and(|e| sample.latency.saturating_mul(2) < e.median);
         if !faster {
             self.fade_from = sample.at;
         }
+    }
+
+    /// Whether `sample`, about to be recorded, lies below half of every one of the newest
+    /// samples before it (at least [`REGIME_BEFORE`] of them, at most `min_samples - 1`, none
+    /// across a gap in the traffic longer than `max_age + stale_half_life`): the first of a
+    /// run that [`new_regime`] would take for a faster regime.
+    fn may_start_regime(&self, sample: Sample) -> bool {
+        let gap = duration_nanos(
+            self.config
+                .max_age
+                .saturating_add(self.config.stale_half_life),
+        );
+        if self.config.min_samples < REGIME_BEFORE + 2 {
+            return false;
+        }
+        let [older, newer] = self.newest.in_order();
+        let (mut after, mut count, mut fastest) = (sample.at, 0, u64::MAX);
+        for before in newer.iter().rev().chain(older.iter().rev()) {
+            if count + 1 >= self.config.min_samples || after.saturating_sub(before.at) > gap {
+                break;
+            }
+            fastest = fastest.min(before.latency);
+            count += 1;
+            after = before.at;
+        }
+        count >= REGIME_BEFORE && sample.latency.saturating_mul(2) < fastest
     }
 
     /// Median of recent samples at or near `rif`; None before any sample.
