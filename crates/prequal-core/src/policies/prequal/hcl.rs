@@ -287,20 +287,33 @@ pub fn validate_q_rif(policy: &'static str, q_rif: f64) -> Result<(), ConfigErro
 pub struct Hcl {
     q_rif: f64,
     latency_band: f64,
+    own_queries_raise_latency: bool,
     /// Replicas known (for the pool's coverage of the cluster).
     replicas: usize,
     history: RifHistory,
 }
 
 impl Hcl {
-    /// The rule with quantile `q_rif` (in [0, 1]) and latency band `latency_band` (>= 0; 0 is
-    /// the paper's rule).
-    pub fn new(q_rif: f64, latency_band: f64) -> Self {
+    /// The rule with quantile `q_rif` (in [0, 1]), latency band `latency_band` (>= 0; 0 is
+    /// the paper's rule) and `own_queries_raise_latency` (false is the paper's rule).
+    pub fn new(q_rif: f64, latency_band: f64, own_queries_raise_latency: bool) -> Self {
         Self {
             q_rif,
             latency_band,
+            own_queries_raise_latency,
             replicas: 0,
             history: RifHistory::default(),
+        }
+    }
+
+    /// The latency a reply is ranked by: as reported, or, with `own_queries_raise_latency`,
+    /// grown with this client's queries sent on it that have not finished
+    /// ([`Entry::latency_with_own_queries_ns`]).
+    fn latency_ns(&self, entry: &Entry) -> u64 {
+        if self.own_queries_raise_latency {
+            entry.latency_with_own_queries_ns()
+        } else {
+            entry.latency_ns
         }
     }
 }
@@ -337,8 +350,9 @@ impl Rule for Hcl {
         let ceiling = if band > 0.0 {
             pool.iter()
                 .filter(|e| !threshold.is_hot(e.rif))
-                .min_by_key(|e| e.latency_ns)
-                .map(|fastest| fastest.latency.mul_f64(1.0 + band))
+                .map(|e| self.latency_ns(e))
+                .min()
+                .map(|fastest| Duration::from_nanos(fastest).mul_f64(1.0 + band))
         } else {
             None
         };
@@ -346,17 +360,25 @@ impl Rule for Hcl {
     }
 
     fn rank(&self, cx: &HclContext, entry: &Entry, _load: &ReplicaLoad) -> Rank {
-        hcl_rank(cx.threshold, cx.ceiling, entry.rif, entry.latency)
+        let latency = Duration::from_nanos(self.latency_ns(entry));
+        hcl_rank(cx.threshold, cx.ceiling, entry.rif, latency)
     }
 
     type Key = u128;
 
     fn key(&self, cx: &HclContext, entry: &Entry, _load: &ReplicaLoad) -> u128 {
-        hcl_key(cx, entry.rif, entry.latency_ns)
+        hcl_key(cx, entry.rif, self.latency_ns(entry))
     }
 
     fn values(&self, cx: &HclContext) -> Vec<(&'static str, f64)> {
-        let mut values = vec![("q_rif", self.q_rif), ("latency_band", self.latency_band)];
+        let mut values = vec![
+            ("q_rif", self.q_rif),
+            ("latency_band", self.latency_band),
+            (
+                "own_queries_raise_latency",
+                f64::from(u8::from(self.own_queries_raise_latency)),
+            ),
+        ];
         if cx.threshold != Threshold::AllCold {
             values.push(("hot_rif_threshold", cx.threshold.as_f64()));
         }

@@ -28,7 +28,12 @@
 //!   all are hot, the lowest RIF wins. With fewer than two replies, a uniformly random replica.
 //!   Our departure from the paper, on by default (`latency_band = 0` is the paper's rule): cold
 //!   replies within (1 + `latency_band`) × the lowest cold latency (default 1.5: 2.5 times) count as
-//!   equally fast and the lowest RIF among them wins. See [`hcl`].
+//!   equally fast and the lowest RIF among them wins. Also ours, on by default
+//!   (`own_queries_raise_latency = false` is the paper's rule): the latency a reply is ranked
+//!   by grows in proportion to this client's queries sent on it that have not finished,
+//!   × (RIF + 1) / (RIF − those + 1), since the report described the replica before them
+//!   ([`Entry::latency_with_own_queries_ns`](super::probing::pool::Entry::latency_with_own_queries_ns)).
+//!   See [`hcl`].
 //! - **Error aversion.** Replies from replicas whose recent error share exceeds
 //!   `error_threshold` rank after all others, so a replica that fails fast cannot sinkhole
 //!   traffic. See [`aversion`](super::probing::aversion).
@@ -92,7 +97,8 @@ use hcl::Hcl;
 pub type Prequal = AsyncProbing<Hcl>;
 
 /// `prequal` parameters. Every key is optional; defaults are those of the paper's testbed,
-/// except `latency_band` (the paper's rule is 0) and `completions_lower_rif` (false).
+/// except `latency_band` (the paper's rule is 0), `completions_lower_rif` and
+/// `own_queries_raise_latency` (both false in the paper).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -117,6 +123,9 @@ pub struct Config {
     /// A finished query of this client lowers its replica's reply RIF by one, default true
     /// (the paper's pool: false).
     pub completions_lower_rif: bool,
+    /// A reply's latency grows with this client's unfinished queries sent on it, default true
+    /// (the paper's rule: false).
+    pub own_queries_raise_latency: bool,
     /// Idle-probe period, default 100 ms.
     #[serde(with = "humantime_serde")]
     pub max_idle: Duration,
@@ -142,6 +151,7 @@ impl Default for Config {
             q_rif: params::Q_RIF,
             latency_band: params::LATENCY_BAND,
             completions_lower_rif: params::COMPLETIONS_LOWER_RIF,
+            own_queries_raise_latency: params::OWN_QUERIES_RAISE_LATENCY,
             max_idle: params::MAX_IDLE,
             probe_timeout: params::PROBE_TIMEOUT,
             error_threshold: params::ERROR_THRESHOLD,
@@ -188,6 +198,7 @@ impl BuildPolicy for Config {
             params::Q_RIF_DOC,
             params::LATENCY_BAND_DOC,
             params::COMPLETIONS_LOWER_RIF_DOC,
+            params::OWN_QUERIES_RAISE_LATENCY_DOC,
             params::MAX_IDLE_DOC,
             params::PROBE_TIMEOUT_DOC,
             params::ERROR_THRESHOLD_DOC,
@@ -211,7 +222,11 @@ impl BuildPolicy for Config {
     fn build(&self) -> Box<dyn Policy> {
         Box::new(Prequal::new(
             self.probing(),
-            Hcl::new(self.q_rif, self.latency_band),
+            Hcl::new(
+                self.q_rif,
+                self.latency_band,
+                self.own_queries_raise_latency,
+            ),
         ))
     }
 }

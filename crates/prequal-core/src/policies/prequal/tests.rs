@@ -42,7 +42,11 @@ pub(super) fn query(id: u64) -> Query {
 pub(super) fn policy(config: &Config, n: u32) -> Prequal {
     let mut p = Prequal::new(
         config.probing(),
-        Hcl::new(config.q_rif, config.latency_band),
+        Hcl::new(
+            config.q_rif,
+            config.latency_band,
+            config.own_queries_raise_latency,
+        ),
     );
     for id in 0..n {
         p.on_replica_change(ReplicaChange::Insert(ReplicaId(id)), Time::ZERO);
@@ -187,6 +191,7 @@ fn finished_queries_lower_their_replica_reply_unless_the_paper_pool_is_asked_for
             q_rif: 1.0,
             remove_rate: 0.0,
             completions_lower_rif,
+            own_queries_raise_latency: false,
             ..Config::default()
         };
         let mut p = policy(&config, 2);
@@ -210,6 +215,44 @@ fn finished_queries_lower_their_replica_reply_unless_the_paper_pool_is_asked_for
     assert_eq!(choose_after_finishes(true), ReplicaId(0));
     assert_eq!(choose_after_finishes(false), ReplicaId(1));
     assert!(Config::default().completions_lower_rif);
+}
+
+#[test]
+fn own_queries_raise_a_reply_latency_unless_the_paper_rule_is_asked_for() {
+    // Replica 0 reports 10 ms at RIF 1, replica 1 14 ms at RIF 1 (latency alone decides). The
+    // first query goes to replica 0; by default its reply now ranks at 10 × 3/2 = 15 ms, so
+    // the second goes to replica 1. The paper's rule keeps replica 0 at 10 ms. Once the first
+    // query has finished, replica 0 is back at its reported 10 ms.
+    let picks = |own_queries_raise_latency: bool| {
+        let config = Config {
+            q_rif: 1.0,
+            latency_band: 0.0,
+            remove_rate: 0.0,
+            own_queries_raise_latency,
+            ..Config::default()
+        };
+        let mut p = policy(&config, 2);
+        let mut rng = rng(3);
+        let at = Time::from_millis(10);
+        p.on_probe_reply(&probe(0), &report(1, 10), at, &mut rng);
+        p.on_probe_reply(&probe(1), &report(1, 14), at, &mut rng);
+        let first = pick_id(&mut p, 1, at, &mut rng);
+        p.on_dispatch(first, QueryId(1), at);
+        let second = pick_id(&mut p, 2, at, &mut rng);
+        let done = Time::from_millis(20);
+        let finished = Completion {
+            query: QueryId(1),
+            latency: Duration::from_millis(10),
+            outcome: Outcome::Success,
+        };
+        p.on_complete(first, &finished, done);
+        let third = pick_id(&mut p, 3, done, &mut rng);
+        (first, second, third)
+    };
+    let (a, b) = (ReplicaId(0), ReplicaId(1));
+    assert_eq!(picks(true), (a, b, a));
+    assert_eq!(picks(false), (a, a, a));
+    assert!(Config::default().own_queries_raise_latency);
 }
 
 #[test]

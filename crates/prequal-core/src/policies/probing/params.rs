@@ -30,6 +30,9 @@ pub const LATENCY_BAND: f64 = 1.5;
 /// Default for whether a finished query lowers its replica's pooled reply RIF: on, our
 /// addition (off is the paper's pool, where only a use changes a reply; docs/policies.md).
 pub const COMPLETIONS_LOWER_RIF: bool = true;
+/// Default for whether a pooled reply's latency grows with this client's unfinished queries
+/// sent on it: on, our addition (off is the paper's rule; docs/policies.md).
+pub const OWN_QUERIES_RAISE_LATENCY: bool = true;
 /// Default idle-probe period: a tenth of the age limit, so an idle client, sending one probe
 /// per period, still holds about ten fresh replies, well above the two HCL needs.
 pub const MAX_IDLE: Duration = Duration::from_millis(100);
@@ -102,6 +105,14 @@ pub const COMPLETIONS_LOWER_RIF_DOC: ParamDoc = ParamDoc {
     doc: "a query of this client that finishes takes one off its replica's reply in the pool, \
           as a use adds one (if the query was in flight when the reply came, or went on it); \
           false is the paper's pool, where replies only rise",
+};
+/// `own_queries_raise_latency`.
+pub const OWN_QUERIES_RAISE_LATENCY_DOC: ParamDoc = ParamDoc {
+    key: "own_queries_raise_latency",
+    default: "true",
+    doc: "the latency a reply ranks by grows with this client's queries sent on it that have \
+          not finished: × (RIF + 1) / (RIF − those + 1); false is the paper's rule, where a \
+          reply keeps its reported latency for every use",
 };
 /// `max_idle`.
 pub const MAX_IDLE_DOC: ParamDoc = ParamDoc {

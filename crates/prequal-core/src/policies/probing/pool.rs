@@ -56,6 +56,22 @@ impl Entry {
     pub fn uses_left(&self) -> u32 {
         self.budget.saturating_sub(self.uses)
     }
+
+    /// The reported latency grown in proportion to the queries this client has sent on the
+    /// reply that have not finished: × (RIF + 1) / (RIF − those + 1), the RIF being this
+    /// entry's (the report's, kept up to date with this client's queries). The report says what
+    /// a query meets at the RIF the replica had; each query sent on it since raises that RIF,
+    /// and the latency a query meets rises with it, as Traefik's `leasttime` scores a backend
+    /// by its response time × (active connections + 1).
+    pub fn latency_with_own_queries_ns(&self) -> u64 {
+        let own = self.uses.saturating_sub(self.settled);
+        if own == 0 {
+            return self.latency_ns;
+        }
+        let rif = u128::from(self.rif) + 1;
+        let before = u128::from(self.rif.saturating_sub(own)) + 1;
+        u64::try_from(u128::from(self.latency_ns) * rif / before).unwrap_or(u64::MAX)
+    }
 }
 
 /// Replica ids below this are tracked in [`Pool`]'s bitset; larger ones are searched for.
@@ -312,6 +328,30 @@ mod tests {
         assert_eq!(rif(&pool), Some(0));
         pool.on_finished(ReplicaId(2), Time::from_millis(1));
         assert_eq!(pool.len(), 1);
+    }
+
+    #[test]
+    fn a_reply_latency_grows_with_this_client_queries_still_on_it() {
+        let mut pool = Pool::new(4, Duration::from_secs(1));
+        let mut reply = entry(1, 10, 8);
+        reply.rif = 3;
+        reply.latency_ns = 10_000_000;
+        pool.insert(reply);
+        let latency = |pool: &Pool| pool.get(0).map(Entry::latency_with_own_queries_ns);
+        assert_eq!(latency(&pool), Some(10_000_000), "as reported");
+        // Two queries on it: RIF 5, and 10 ms × (5 + 1) / (3 + 1).
+        pool.use_entry(0);
+        pool.use_entry(0);
+        assert_eq!(latency(&pool), Some(15_000_000));
+        // One of them finished: RIF 4, one left, 10 ms × 5 / 4.
+        pool.on_finished(ReplicaId(1), Time::from_millis(12));
+        assert_eq!(latency(&pool), Some(12_500_000));
+        // A query that was in flight when the reply came lowers the RIF but was never this
+        // client's addition: 10 ms × 4 / 3.
+        pool.on_finished(ReplicaId(1), Time::from_millis(5));
+        assert_eq!(latency(&pool), Some(13_333_333));
+        pool.on_finished(ReplicaId(1), Time::from_millis(12));
+        assert_eq!(latency(&pool), Some(10_000_000), "all of its own finished");
     }
 
     #[test]
