@@ -69,7 +69,8 @@ fn beyond_round_robin_orderings() {
 }
 
 /// Beyond Round Robin, half as long: once the 2 s episode ends, prequal must give the replica
-/// traffic again. With the paper's HCL rule it is shunned while its stale 2 s estimate stands,
+/// traffic again. With the paper's HCL rule (no latency band, replies ranked by their reported
+/// latency for every use) it is shunned while its stale 2 s estimate stands,
 /// so only the stale decay brings it back; with the decay off it gets nothing after its
 /// episode. (With the default latency band it also keeps a trickle of queries during the
 /// episode, whose fast answers at the end bring it back without the decay.)
@@ -81,6 +82,7 @@ fn prequal_returns_traffic_to_a_replica_after_its_slow_episode() {
             s.contenders = vec![
                 PolicyConfig::Prequal(prequal_core::policies::prequal::Config {
                     latency_band: 0.0,
+                    own_queries_raise_latency: false,
                     ..Default::default()
                 })
                 .into(),
