@@ -30,9 +30,10 @@
 //! has had no fresh sample at all, that stale estimate halves every
 //! [`EstimatorConfig::stale_half_life`] (default 10 s), so a replica that clients shun for
 //! being slow is tried again eventually instead of never. The first query it then gets is a trial: until it finishes, the report
-//! is the estimate from before the fade. A trial below half of every one of the samples before
-//! it could start a faster regime, so it leaves the fade running and a second trial follows at
-//! once; two make the regime, and the fade ends.
+//! is the estimate from before the fade. A trial (a query that arrived after the estimate went
+//! stale) below half of every one of the samples before it could start a faster regime, so it
+//! leaves the fade running and a second trial follows at once; the second ends the fade,
+//! whether it confirms the faster regime (two make it) or not.
 //!
 //! Queries whose clients went away before the answer ([`LoadTracker::on_abandon`]) leave their
 //! wait as a sample when it is longer than the estimate: it is a lower bound on their latency,

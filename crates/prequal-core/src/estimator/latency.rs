@@ -26,9 +26,11 @@ pub struct LatencyEstimator {
     /// Estimates already computed, reused while provably unchanged.
     pub(super) memo: Memo,
     /// The instant the stale fade counts from (`max_age` later it starts): the newest sample,
-    /// except one that came while the estimate was stale and lies below half of it (see
-    /// [`LatencyEstimator::record`]).
+    /// except a trial that could start a faster regime (see [`LatencyEstimator::record`]).
     pub(super) fade_from: u64,
+    /// Whether the newest sample was such a trial, which kept the fade running: the next
+    /// sample ends the fade whatever it is.
+    pub(super) fade_kept: bool,
 }
 
 impl LatencyEstimator {
@@ -46,6 +48,7 @@ impl LatencyEstimator {
             newest: Bucket::default(),
             memo: Memo::new(BUCKETS),
             fade_from: 0,
+            fade_kept: false,
         }
     }
 
@@ -68,23 +71,28 @@ impl LatencyEstimator {
         let bucket = bucket_of(rif_at_arrival);
         self.buckets[bucket].push(sample);
         self.top = self.top.max(bucket);
-        // A query sent while the estimate had gone stale (a trial) that could start a faster
-        // regime leaves the fade where it was, so the next trial comes at once instead of after
-        // another `max_age` and the halvings back down. Two such queries make the faster regime
-        // (`new_regime`) and the second, no faster than the first by half, ends the fade. Any
-        // other sample ends it.
-        let faster = sample.at > self.stale_since().as_nanos() && self.may_start_regime(sample);
+        // A query that arrived after the estimate had gone stale (a trial: it arrived
+        // `latency` before it finished) and could start a faster regime leaves the fade where
+        // it was, so the next trial comes at once instead of after another `max_age` and the
+        // halvings back down. Only one: the next sample ends the fade, whether it confirms the
+        // faster regime (`new_regime` then takes the two) or not.
+        let arrived = sample.at.saturating_sub(sample.latency);
+        let keep = !self.fade_kept
+            && arrived > self.stale_since().as_nanos()
+            && self.may_start_regime(sample);
         self.newest.push(sample);
         self.memo.invalidate(bucket);
-        if !faster {
+        if !keep {
             self.fade_from = sample.at;
         }
+        self.fade_kept = keep;
     }
 
     /// Whether `sample`, about to be recorded, lies below half of every one of the newest
-    /// samples before it (at least [`REGIME_BEFORE`] of them, at most `min_samples - 1`, none
+    /// samples before it (at least [`REGIME_BEFORE`] of them, at most `min_samples - 2`, none
     /// across a gap in the traffic longer than `max_age + stale_half_life`): the first of a
-    /// run that [`new_regime`] would take for a faster regime.
+    /// run of two that [`new_regime`] would take for a faster regime, since it looks at the
+    /// newest `min_samples`.
     fn may_start_regime(&self, sample: Sample) -> bool {
         let gap = duration_nanos(
             self.config
@@ -97,7 +105,7 @@ impl LatencyEstimator {
         let [older, newer] = self.newest.in_order();
         let (mut after, mut count, mut fastest) = (sample.at, 0, u64::MAX);
         for before in newer.iter().rev().chain(older.iter().rev()) {
-            if count + 1 >= self.config.min_samples || after.saturating_sub(before.at) > gap {
+            if count + 2 >= self.config.min_samples || after.saturating_sub(before.at) > gap {
                 break;
             }
             fastest = fastest.min(before.latency);
@@ -132,8 +140,8 @@ impl LatencyEstimator {
         }
     }
 
-    /// When the estimate goes (or went) stale: `max_age` after the newest sample (or after the
-    /// newest before a run of trials each faster than half the estimate, see
+    /// When the estimate goes (or went) stale: `max_age` after the newest sample, or, when the
+    /// newest is a trial that could start a faster regime, after the sample before it (see
     /// [`LatencyEstimator::record`]).
     pub fn stale_since(&self) -> Time {
         Time::from_nanos(
@@ -142,8 +150,9 @@ impl LatencyEstimator {
         )
     }
 
-    /// How much an idle replica's stale estimate still counts at `now`: 1 while the newest
-    /// sample is at most `max_age` old, then halving every `stale_half_life` (always 1 when
+    /// How much an idle replica's stale estimate still counts at `now`: 1 until
+    /// [`LatencyEstimator::stale_since`] (`max_age` after the newest sample, unless that is a
+    /// trial that kept the fade running), then halving every `stale_half_life` (always 1 when
     /// that is zero).
     pub fn stale_factor(&self, now: Time) -> f64 {
         let half_life = duration_nanos(self.config.stale_half_life);

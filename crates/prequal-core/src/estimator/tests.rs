@@ -785,6 +785,75 @@ fn a_trial_faster_than_half_the_stale_estimate_leaves_the_fade_running() {
 }
 
 #[test]
+fn only_one_trial_that_arrived_stale_keeps_the_fade_and_only_against_the_regime_window() {
+    let at = |ms_: u64| Time::from_millis(ms_);
+    // Sixteen 80 ms samples (the newest at 230 ms): stale from 1230 ms.
+    let slow = |config: EstimatorConfig| {
+        let mut est = LatencyEstimator::new(config);
+        for i in 0..16 {
+            est.record(0, ms(80), at(80 + 10 * i));
+        }
+        est
+    };
+    let mut est = slow(EstimatorConfig::default());
+    assert_eq!(est.stale_since(), at(1_230));
+    // A query that arrived before the estimate went stale is no trial, however fast.
+    est.record(0, ms(10), at(1_235));
+    assert_eq!(est.stale_since(), at(2_235));
+
+    // A trial keeps the fade; a second one ends it even when it is faster still (the faster
+    // regime then stands, and the report must not fade below it).
+    let mut est = slow(EstimatorConfig::default());
+    est.record(0, ms(8), at(5_000));
+    assert_eq!(est.stale_since(), at(1_230));
+    est.record(0, ms(3), at(5_020));
+    assert_eq!(est.stale_since(), at(6_020));
+    assert_eq!(
+        est.estimate(0, at(5_021)),
+        Some(Duration::from_micros(5_500))
+    );
+
+    // The samples a trial is judged against are those `new_regime` will see beside a second
+    // one: the newest `min_samples - 2`. With `min_samples = 6`, a fast sample five back does
+    // not count against it.
+    let config = EstimatorConfig {
+        min_samples: 6,
+        ..Default::default()
+    };
+    let mut est = LatencyEstimator::new(config);
+    for (i, latency) in [100, 25, 100, 100, 100, 100].into_iter().enumerate() {
+        est.record(0, ms(latency), at(10 * i as u64));
+    }
+    est.record(0, ms(15), at(5_000));
+    assert_eq!(est.stale_since(), at(1_050));
+    est.record(0, ms(15), at(5_020));
+    assert_eq!(est.estimate(0, at(5_021)), Some(ms(15)));
+    // With a wrapped ring too (more samples than it holds), the newest are the ones read.
+    let mut est = LatencyEstimator::new(EstimatorConfig::default());
+    for i in 0..40 {
+        let latency = if i < 20 { 5 } else { 80 };
+        est.record(0, ms(latency), at(10 * i));
+    }
+    est.record(0, ms(30), at(5_000));
+    assert_eq!(
+        est.stale_since(),
+        at(1_390),
+        "30 ms is below half of the newest fourteen"
+    );
+    let mut est = LatencyEstimator::new(EstimatorConfig::default());
+    for i in 0..40 {
+        let latency = if i < 36 { 5 } else { 80 };
+        est.record(0, ms(latency), at(10 * i));
+    }
+    est.record(0, ms(30), at(5_000));
+    assert_eq!(
+        est.stale_since(),
+        at(6_000),
+        "5 ms samples among the newest fourteen"
+    );
+}
+
+#[test]
 fn samples_before_a_gap_in_traffic_stop_counting_once_one_follows_it() {
     let mut est = estimator();
     // A replica shunned after its queries took 2 s, idle for 30 s, then tried once: 170 ms.

@@ -420,7 +420,9 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         let count = self.probe_count.next_count();
         self.queue_probes(count, now, rng);
         // Using a reply changes neither the RIF history nor α, so one context serves the whole
-        // decision.
+        // decision. (With `own_queries_raise_latency` a use raises the chosen reply's ranked
+        // latency, which can move the latency band's ceiling; the removal below still ranks
+        // with the ceiling the pick saw.)
         let cx = self.rule.context_for(&self.pool);
         let chosen = match self.select(&cx, now) {
             Some(index) => self.pool.use_entry(index),

@@ -57,12 +57,15 @@ impl Entry {
         self.budget.saturating_sub(self.uses)
     }
 
-    /// The reported latency grown in proportion to the queries this client has sent on the
-    /// reply that have not finished: × (RIF + 1) / (RIF − those + 1), the RIF being this
-    /// entry's (the report's, kept up to date with this client's queries). The report says what
-    /// a query meets at the RIF the replica had; each query sent on it since raises that RIF,
-    /// and the latency a query meets rises with it, as Traefik's `leasttime` scores a backend
-    /// by its response time × (active connections + 1).
+    /// The reported latency grown with the queries this client has sent on the reply that have
+    /// not finished (`own`, which is `uses − settled`): × (RIF + 1) / (RIF − own + 1), the RIF
+    /// being this entry's (the report's, kept up to date with this client's queries). That is
+    /// the replica's load with this client's additions over its load without them, as Traefik's
+    /// `leasttime` scores a backend by its response time × (active connections + 1). It is not
+    /// the latency at the current RIF over that at the reported one: a query that was already
+    /// in flight when the reply came lowers the RIF when it finishes but not `own`, so the
+    /// additions then weigh more, not less. With `completions_lower_rif = false` nothing is
+    /// settled, so every use counts until the reply leaves the pool.
     pub fn latency_with_own_queries_ns(&self) -> u64 {
         let own = self.uses.saturating_sub(self.settled);
         if own == 0 {
