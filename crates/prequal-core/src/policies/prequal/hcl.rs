@@ -503,6 +503,48 @@ mod tests {
             );
         }
 
+        /// The rule's own `key` and `rank` order pooled replies alike, replies this client has
+        /// queries on (scaled latencies) included, with the scaling on or off.
+        #[test]
+        fn rule_key_orders_like_rule_rank_for_used_replies(
+            a in (0u32..40, 0u64..5_000_000_000, 0u32..6, 0u32..6),
+            b in (0u32..40, 0u64..5_000_000_000, 0u32..6, 0u32..6),
+            t in prop_oneof![
+                Just(Threshold::AllCold),
+                Just(Threshold::AllHot),
+                (0u32..40).prop_map(Threshold::Above),
+            ],
+            c in prop_oneof![
+                Just(None),
+                (0u64..5_000_000_000).prop_map(|n| Some(Duration::from_nanos(n))),
+            ],
+            scaled in any::<bool>(),
+        ) {
+            use crate::policies::probing::engine::Rule;
+            let entry = |(rif, latency, uses, settled): (u32, u64, u32, u32)| Entry {
+                replica: ReplicaId(0),
+                received: Time::ZERO,
+                rif: rif + uses,
+                latency: Duration::from_nanos(latency),
+                latency_ns: latency,
+                uses,
+                settled: settled.min(uses),
+                budget: 8,
+                slot: 0,
+            };
+            let (ea, eb) = (entry(a), entry(b));
+            let rule = Hcl::new(0.84, 1.5, scaled);
+            let cx = HclContext::new(t, c);
+            let load = ReplicaLoad::default();
+            prop_assert_eq!(
+                rule.key(&cx, &ea, &load).cmp(&rule.key(&cx, &eb, &load)),
+                rule.rank(&cx, &ea, &load).order(&rule.rank(&cx, &eb, &load))
+            );
+            if !scaled {
+                prop_assert_eq!(rule.key(&cx, &ea, &load), hcl_key(&cx, ea.rif, ea.latency_ns));
+            }
+        }
+
         /// Whenever a cold reply is present the minimum is cold; when all are hot the minimum
         /// has the lowest RIF.
         #[test]
