@@ -94,14 +94,10 @@ impl LatencyEstimator {
     /// run of two that [`new_regime`] would take for a faster regime, since it looks at the
     /// newest `min_samples`.
     fn may_start_regime(&self, sample: Sample) -> bool {
-        let gap = duration_nanos(
-            self.config
-                .max_age
-                .saturating_add(self.config.stale_half_life),
-        );
         if self.config.min_samples < REGIME_BEFORE + 2 {
             return false;
         }
+        let gap = self.regime_gap();
         let [older, newer] = self.newest.in_order();
         let (mut after, mut count, mut fastest) = (sample.at, 0, u64::MAX);
         for before in newer.iter().rev().chain(older.iter().rev()) {
@@ -113,6 +109,17 @@ impl LatencyEstimator {
             after = before.at;
         }
         count >= REGIME_BEFORE && sample.latency.saturating_mul(2) < fastest
+    }
+
+    /// A gap in the replica's traffic longer than this (`max_age + stale_half_life`, in
+    /// nanoseconds) separates two regimes: samples from before it no longer count once one
+    /// follows it.
+    fn regime_gap(&self) -> u64 {
+        duration_nanos(
+            self.config
+                .max_age
+                .saturating_add(self.config.stale_half_life),
+        )
     }
 
     /// Median of recent samples at or near `rif`; None before any sample.
@@ -199,11 +206,7 @@ impl LatencyEstimator {
             // before such a gap describe another regime once anything has finished after it (a
             // replica shunned while slow is judged by the queries it served since). Shorter
             // gaps are bridged, so a few lucky queries after a brief lull do not decide alone.
-            let gap = duration_nanos(
-                self.config
-                    .max_age
-                    .saturating_add(self.config.stale_half_life),
-            );
+            let gap = self.regime_gap();
             runs.clear();
             runs.push_run(self.newest.in_order(), 0);
             let samples = &runs.buf[..runs.len];

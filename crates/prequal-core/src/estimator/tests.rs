@@ -828,23 +828,24 @@ fn only_one_trial_that_arrived_stale_keeps_the_fade_and_only_against_the_regime_
     assert_eq!(est.stale_since(), at(1_050));
     est.record(0, ms(15), at(5_020));
     assert_eq!(est.estimate(0, at(5_021)), Some(ms(15)));
-    // With a wrapped ring too (more samples than it holds), the newest are the ones read.
-    let mut est = LatencyEstimator::new(EstimatorConfig::default());
-    for i in 0..40 {
-        let latency = if i < 20 { 5 } else { 80 };
-        est.record(0, ms(latency), at(10 * i));
-    }
+    // With a wrapped ring too (more samples than it holds), the newest are the ones read: 40
+    // samples every 10 ms, 5 ms until `slow_from`, then 80 ms.
+    let wrapped = |slow_from: u64| {
+        let mut est = LatencyEstimator::new(EstimatorConfig::default());
+        for i in 0..40 {
+            let latency = if i < slow_from { 5 } else { 80 };
+            est.record(0, ms(latency), at(10 * i));
+        }
+        est
+    };
+    let mut est = wrapped(20);
     est.record(0, ms(30), at(5_000));
     assert_eq!(
         est.stale_since(),
         at(1_390),
         "30 ms is below half of the newest fourteen"
     );
-    let mut est = LatencyEstimator::new(EstimatorConfig::default());
-    for i in 0..40 {
-        let latency = if i < 36 { 5 } else { 80 };
-        est.record(0, ms(latency), at(10 * i));
-    }
+    let mut est = wrapped(36);
     est.record(0, ms(30), at(5_000));
     assert_eq!(
         est.stale_since(),

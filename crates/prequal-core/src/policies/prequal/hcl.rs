@@ -461,6 +461,23 @@ mod tests {
         );
     }
 
+    /// Every kind of hot threshold.
+    fn thresholds() -> impl Strategy<Value = Threshold> {
+        prop_oneof![
+            Just(Threshold::AllCold),
+            Just(Threshold::AllHot),
+            (0u32..40).prop_map(Threshold::Above),
+        ]
+    }
+
+    /// No latency band, or a band ceiling up to 5 s.
+    fn ceilings() -> impl Strategy<Value = Option<Duration>> {
+        prop_oneof![
+            Just(None),
+            (0u64..5_000_000_000).prop_map(|n| Some(Duration::from_nanos(n))),
+        ]
+    }
+
     proptest! {
         /// The multiset walk gives the same nearest-rank quantile as sorting the history.
         #[test]
@@ -481,15 +498,8 @@ mod tests {
         fn key_orders_like_rank(
             a in (prop_oneof![0u32..40, Just(u32::MAX)], prop_oneof![0u64..5_000_000_000, 0u64..1 << 52]),
             b in (prop_oneof![0u32..40, Just(u32::MAX)], prop_oneof![0u64..5_000_000_000, 0u64..1 << 52]),
-            t in prop_oneof![
-                Just(Threshold::AllCold),
-                Just(Threshold::AllHot),
-                (0u32..40).prop_map(Threshold::Above),
-            ],
-            c in prop_oneof![
-                Just(None),
-                (0u64..5_000_000_000).prop_map(|n| Some(Duration::from_nanos(n))),
-            ],
+            t in thresholds(),
+            c in ceilings(),
         ) {
             let (ra, rb) = (Duration::from_nanos(a.1), Duration::from_nanos(b.1));
             let by_rank = hcl_rank(t, c, a.0, ra).order(&hcl_rank(t, c, b.0, rb));
@@ -509,15 +519,8 @@ mod tests {
         fn rule_key_orders_like_rule_rank_for_used_replies(
             a in (0u32..40, 0u64..5_000_000_000, 0u32..6, 0u32..6),
             b in (0u32..40, 0u64..5_000_000_000, 0u32..6, 0u32..6),
-            t in prop_oneof![
-                Just(Threshold::AllCold),
-                Just(Threshold::AllHot),
-                (0u32..40).prop_map(Threshold::Above),
-            ],
-            c in prop_oneof![
-                Just(None),
-                (0u64..5_000_000_000).prop_map(|n| Some(Duration::from_nanos(n))),
-            ],
+            t in thresholds(),
+            c in ceilings(),
             scaled in any::<bool>(),
         ) {
             use crate::policies::probing::engine::Rule;
