@@ -53,6 +53,10 @@ pub struct Args {
     /// An idle replica's stale estimate halves every this long past --max-age ("0s": never).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     stale_half_life: Duration,
+    /// Report the latency of the highest RIF with fresh samples as it is when the RIF has grown
+    /// past it, instead of scaling it by (RIF + 1) (the Prequal paper's estimate).
+    #[arg(long)]
+    no_scale_above_samples: bool,
     /// On shutdown, how long open connections get to finish.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     drain: Duration,
@@ -96,6 +100,7 @@ pub fn run(args: &Args) -> Result<()> {
         max_age: args.max_age,
         in_flight_floor: !args.no_in_flight_floor,
         stale_half_life: args.stale_half_life,
+        scale_above_samples: !args.no_scale_above_samples,
     };
     estimator
         .validate()

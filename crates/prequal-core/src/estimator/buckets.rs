@@ -83,6 +83,17 @@ pub(super) fn bucket_of(rif: u32) -> usize {
     (index as usize).min(BUCKETS - 1)
 }
 
+/// The lowest RIF that falls in `bucket`: the inverse of [`bucket_of`] at a bucket's start.
+pub(super) fn lowest_rif(bucket: usize) -> u32 {
+    let bucket = bucket as u32;
+    if bucket < EXACT {
+        return bucket;
+    }
+    let octave = 4 + ((bucket - EXACT) >> SUB_BITS);
+    let sub = (bucket - EXACT) & ((1 << SUB_BITS) - 1);
+    (1 << octave) | (sub << (octave - SUB_BITS))
+}
+
 /// The samples of a ring's two sorted parts recorded at or after `since`, as two parts.
 pub(super) fn suffix_since(parts: [&[Sample]; 2], since: u64) -> [&[Sample]; 2] {
     let [a, b] = parts;

@@ -39,6 +39,13 @@ pub struct EstimatorConfig {
     /// stale estimate for ever.
     #[serde(with = "humantime_serde")]
     pub stale_half_life: Duration,
+    /// `scale_above_samples`, default `true`: when the replica's RIF is above every bucket
+    /// with fresh samples (its queue grew faster than queries finished), the estimate from the
+    /// highest of those buckets is scaled by (RIF + 1) / (that bucket's RIF + 1), so a replica
+    /// that was just handed a burst reports the longer wait instead of the latency of the
+    /// shorter queue it had. `false` reports the lower RIFs' median as it is, as the Prequal
+    /// paper does.
+    pub scale_above_samples: bool,
 }
 
 impl Default for EstimatorConfig {
@@ -50,6 +57,7 @@ impl Default for EstimatorConfig {
             max_age: Duration::from_secs(1),
             in_flight_floor: true,
             stale_half_life: Duration::from_secs(10),
+            scale_above_samples: true,
         }
     }
 }

@@ -191,7 +191,7 @@ impl LatencyEstimator {
             return computed;
         }
         let mut runs = Runs::new();
-        let (lo, hi) = self.gather(center, now, &mut runs);
+        let (lo, hi, highest) = self.gather(center, now, &mut runs);
         let mut span = Span {
             lo,
             hi,
@@ -247,7 +247,13 @@ impl LatencyEstimator {
             let n = runs.newest(self.config.min_samples, &mut latencies);
             &mut latencies[..n]
         };
-        let estimate = estimate_of(chosen);
+        let mut estimate = estimate_of(chosen);
+        if self.config.scale_above_samples
+            && !span.newest
+            && let Some(highest) = highest.filter(|&highest| highest < center)
+        {
+            estimate = estimate.scaled(lowest_rif(center), lowest_rif(highest));
+        }
         (Some(estimate), until, span)
     }
 
@@ -301,39 +307,52 @@ impl LatencyEstimator {
     /// the bucket `center` outwards, alternating below and above, until at least `min_samples`
     /// are in or every bucket was visited. Returns the lowest and highest bucket the walk
     /// covered (when it ends early, past buckets that never held a sample, the ends the full
-    /// walk would have reached: the memo's span must cover them).
-    pub(super) fn gather(&self, center: usize, now: u64, runs: &mut Runs) -> (usize, usize) {
+    /// walk would have reached: the memo's span must cover them), and the highest bucket that
+    /// gave a sample.
+    pub(super) fn gather(
+        &self,
+        center: usize,
+        now: u64,
+        runs: &mut Runs,
+    ) -> (usize, usize, Option<usize>) {
         let wanted = self.config.min_samples;
         let oldest = now.saturating_sub(duration_nanos(self.config.max_age));
-        self.copy_fresh(center, oldest, runs);
+        let mut highest = self.copy_fresh(center, oldest, runs).then_some(center);
         let (mut lo, mut hi) = (center, center);
         let mut distance = 1;
         while runs.len < wanted && distance < BUCKETS {
             if distance > center && center + distance > self.top {
                 // Nothing is left to visit but buckets that never held a sample: the walk
                 // would end at both ends without adding anything.
-                return (0, BUCKETS - 1);
+                return (0, BUCKETS - 1, highest);
             }
             if let Some(below) = center.checked_sub(distance) {
-                self.copy_fresh(below, oldest, runs);
+                if self.copy_fresh(below, oldest, runs) && highest.is_none() {
+                    highest = Some(below);
+                }
                 lo = below;
             }
             if runs.len < wanted && center + distance < BUCKETS {
-                self.copy_fresh(center + distance, oldest, runs);
+                if self.copy_fresh(center + distance, oldest, runs) {
+                    highest = Some(center + distance);
+                }
                 hi = center + distance;
             }
             distance += 1;
         }
-        (lo, hi)
+        (lo, hi, highest)
     }
 
-    /// Appends the samples of bucket `index` recorded at or after `oldest`, as one run.
-    pub(super) fn copy_fresh(&self, index: usize, oldest: u64, runs: &mut Runs) {
+    /// Appends the samples of bucket `index` recorded at or after `oldest`, as one run; true
+    /// when there were any.
+    pub(super) fn copy_fresh(&self, index: usize, oldest: u64, runs: &mut Runs) -> bool {
         let bucket = &self.buckets[index];
         if bucket.len == 0 || bucket.newest_at() < oldest {
-            return;
+            return false;
         }
+        let before = runs.len;
         runs.push_run(bucket.in_order(), oldest);
+        runs.len > before
     }
 }
 

@@ -38,6 +38,21 @@ pub(super) struct Estimate {
     pub(super) max: u64,
 }
 
+impl Estimate {
+    /// Samples taken at RIF `from` carried up to RIF `to`: each query in flight ahead of a new
+    /// one adds its share, so latency grows as (RIF + 1).
+    pub(super) fn scaled(self, to: u32, from: u32) -> Estimate {
+        let scale = |nanos: u64| {
+            let scaled = u128::from(nanos) * (u128::from(to) + 1) / (u128::from(from) + 1);
+            u64::try_from(scaled).unwrap_or(u64::MAX)
+        };
+        Estimate {
+            median: scale(self.median),
+            max: scale(self.max),
+        }
+    }
+}
+
 /// One bucket's remembered estimate.
 #[derive(Debug, Clone, Copy, Default)]
 struct Entry {

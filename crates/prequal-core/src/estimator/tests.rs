@@ -17,6 +17,15 @@ fn estimator() -> LatencyEstimator {
     LatencyEstimator::new(EstimatorConfig::default())
 }
 
+/// The defaults without `scale_above_samples`, for tests of other rules that ask at a RIF above
+/// every sample.
+fn unscaled() -> EstimatorConfig {
+    EstimatorConfig {
+        scale_above_samples: false,
+        ..Default::default()
+    }
+}
+
 #[test]
 fn buckets_are_exact_then_geometric_and_monotone() {
     for rif in 0..EXACT {
@@ -59,7 +68,8 @@ fn median_of_odd_and_even_counts() {
 
 #[test]
 fn widens_to_the_nearest_rif_with_samples() {
-    let mut est = estimator();
+    // The paper's estimate: the nearest samples as they are (scaling has its own test below).
+    let mut est = LatencyEstimator::new(unscaled());
     let now = Time::from_secs(1);
     for _ in 0..16 {
         est.record(5, ms(10), now);
@@ -301,6 +311,70 @@ fn min_samples_changes_the_low_rate_fallback() {
     assert_eq!(est.estimate(0, Time::from_secs(100)), Some(ms(1)));
 }
 
+/// A replica handed a burst: its RIF jumps past every bucket with fresh samples. The estimate
+/// carries the highest of them up as (RIF + 1), unless the paper's estimate is asked for.
+#[test]
+fn a_rif_above_every_fresh_sample_scales_the_estimate_up() {
+    for scale in [true, false] {
+        let config = EstimatorConfig {
+            scale_above_samples: scale,
+            ..Default::default()
+        };
+        let mut est = LatencyEstimator::new(config);
+        // 16 queries that arrived at RIF 9 and took 100 ms, all fresh at 1 s.
+        for i in 0..16 {
+            est.record(9, ms(100), Time::from_millis(900 + i));
+        }
+        let now = Time::from_secs(1);
+        assert_eq!(est.estimate(9, now), Some(ms(100)), "at the samples' RIF");
+        assert_eq!(
+            est.estimate(5, now),
+            Some(ms(100)),
+            "below them: no scaling"
+        );
+        // RIF 15: 16 in flight with the new one, against 10 when the samples arrived.
+        let want = if scale { ms(160) } else { ms(100) };
+        assert_eq!(
+            est.estimate(15, now),
+            Some(want),
+            "scale_above_samples = {scale}"
+        );
+        // A bucket of many RIFs counts from its lowest: 32..=39 scale by 33 / 10.
+        let want = if scale { ms(330) } else { ms(100) };
+        assert_eq!(
+            est.estimate(39, now),
+            Some(want),
+            "scale_above_samples = {scale}"
+        );
+        // A fresh sample above the RIF asked for: the usual median.
+        est.record(16, ms(100), Time::from_millis(950));
+        assert_eq!(est.estimate(15, now), Some(ms(100)));
+    }
+}
+
+/// Stale samples (the idle fallback) are never scaled: the replica's queue is long gone.
+#[test]
+fn the_idle_fallback_is_not_scaled() {
+    let mut est = LatencyEstimator::new(EstimatorConfig::default());
+    for i in 0..16 {
+        est.record(9, ms(100), Time::from_millis(i));
+    }
+    assert_eq!(est.estimate(39, Time::from_secs(2)), Some(ms(100)));
+}
+
+#[test]
+fn lowest_rif_inverts_bucket_of_at_each_bucket_start() {
+    let mut last = None;
+    for rif in 0..100_000u32 {
+        let bucket = bucket_of(rif);
+        if last != Some(bucket) {
+            assert_eq!(lowest_rif(bucket), rif, "bucket {bucket}");
+            last = Some(bucket);
+        }
+        assert!(lowest_rif(bucket) <= rif);
+    }
+}
+
 mod properties {
     use super::*;
     use proptest::prelude::*;
@@ -330,14 +404,31 @@ mod properties {
             }
         }
         let mut samples: Vec<(u64, u64)> = Vec::new();
+        // The highest bucket that gave a fresh sample.
+        let mut highest: Option<usize> = None;
         for bucket in order {
             if samples.len() >= config.min_samples {
                 break;
             }
             let ring = last_ring(&|r| bucket_of(r) == bucket);
+            let before = samples.len();
             samples.extend(ring.into_iter().filter(|s| s.0 >= fresh_since));
+            if samples.len() > before && highest.is_none_or(|h| bucket > h) {
+                highest = Some(bucket);
+            }
+        }
+        // Above every fresh sample, latency grows as (RIF + 1) from the highest of them.
+        let mut scale = (1u128, 1u128);
+        if config.scale_above_samples
+            && let Some(highest) = highest.filter(|&h| h < center)
+        {
+            scale = (
+                u128::from(lowest_rif(center)) + 1,
+                u128::from(lowest_rif(highest)) + 1,
+            );
         }
         if samples.len() < config.min_samples {
+            scale = (1, 1);
             let mut newest = last_ring(&|_| true);
             newest.reverse();
             let gap = nanos(config.max_age + config.stale_half_life);
@@ -378,9 +469,10 @@ mod properties {
             samples
         };
         let latencies: Vec<u64> = chosen.iter().map(|s| s.1).collect();
+        let scaled = |nanos: u64| (u128::from(nanos) * scale.0 / scale.1) as u64;
         Some(Estimate {
-            median: true_median(latencies.clone()),
-            max: latencies.into_iter().max().unwrap_or(0),
+            median: scaled(true_median(latencies.clone())),
+            max: scaled(latencies.into_iter().max().unwrap_or(0)),
         })
     }
 
@@ -439,7 +531,8 @@ mod properties {
         }
 
         /// Whatever was recorded, wherever it is asked, the estimate is one of the recorded
-        /// latencies or between two of them.
+        /// latencies or between two of them, or (asked above every fresh sample) that scaled
+        /// by at most the RIF asked plus one.
         #[test]
         fn estimate_stays_within_the_recorded_range(
             samples in prop::collection::vec((0u32..100, 1u64..100_000, 0u64..5_000), 1..300),
@@ -454,6 +547,7 @@ mod properties {
             }
             let low = samples.iter().map(|s| s.1).min().unwrap_or(0);
             let high = samples.iter().map(|s| s.1).max().unwrap_or(0);
+            let high = high * (u64::from(ask_rif) + 1);
             let estimate = est.estimate(ask_rif, now + Duration::from_micros(ask_after_us));
             let us = estimate.map(|d| d.as_micros() as u64);
             prop_assert!(matches!(us, Some(v) if (low..=high).contains(&v)), "{:?} not in {}..={}", us, low, high);
@@ -579,7 +673,8 @@ fn steady(config: EstimatorConfig) -> LoadTracker {
 
 #[test]
 fn a_stall_raises_the_report_before_its_first_query_finishes() {
-    let mut tracker = steady(EstimatorConfig::default());
+    // Queries in flight put the RIF above the samples' 0: unscaled, the floor alone shows.
+    let mut tracker = steady(unscaled());
     assert_eq!(tracker.report(Time::from_millis(1_000)).latency, ms(10));
     // From 1 s on, nothing that arrives finishes.
     let stuck: Vec<Arrival> = (50..60)
@@ -646,7 +741,8 @@ fn a_stall_whose_queries_are_all_cancelled_still_shows() {
 
 #[test]
 fn early_give_ups_on_a_healthy_replica_prove_no_stall() {
-    let mut tracker = steady(EstimatorConfig::default());
+    // Queries in flight put the RIF above the samples' 0: unscaled, the floor alone shows.
+    let mut tracker = steady(unscaled());
     let now = Time::from_millis(1_000);
     // A client gives up after 3 ms; later queries go on finishing in 5 to 15 ms.
     let early = tracker.on_arrival(now);
@@ -710,7 +806,7 @@ fn a_long_query_overtaken_by_later_ones_is_not_a_stall() {
 fn without_the_floor_a_stall_stays_invisible_until_it_finishes() {
     let mut tracker = steady(EstimatorConfig {
         in_flight_floor: false,
-        ..Default::default()
+        ..unscaled()
     });
     let _stuck = tracker.on_arrival(Time::from_millis(1_000));
     let now = Time::from_millis(1_300);
