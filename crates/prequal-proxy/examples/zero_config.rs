@@ -9,10 +9,6 @@ use std::process::ExitCode;
 
 use prequal_proxy::{Proxy, ProxyConfig};
 
-/// The allocator the `prequal` command uses, so that the benchmark measures what ships.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     // The proxy starts its other data-plane threads itself; this one runs the accept loop.
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -13,11 +13,6 @@ mod proxy;
 mod sidecar;
 mod sim;
 
-/// mimalloc serves the proxy's per-request buffers and the simulator's per-event state faster
-/// than the system allocator (docs/performance.md has the figures).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// prequal: a latency-aware load balancer, its simulator, and its testbed.
 #[derive(Parser, Debug)]
 #[command(name = "prequal", version, about)]
