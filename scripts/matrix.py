@@ -6,7 +6,10 @@ the best peer's ('*' marks a row meeting the target: p50 within 5%, tails at or 
 geometric means. Usage: python3 scripts/matrix.py '{ name = "prequal" }' ...
 Needs target/release/prequal (cargo build --release -p prequal); deterministic for the seeds in
 the scenario files (or SEED=n in the environment for another seed). EXTRA='[estimator]\\nstale_half_life = "2s"'
-appends TOML to every scenario (for settings outside the policy, such as the replicas' tracker)."""
+appends TOML to every scenario (for settings outside the policy, such as the replicas' tracker).
+ONLY=a,b runs only those matrix scenarios; LEVEL=0.95 sets every load step's level (the
+heterogeneous scenarios at overload: ONLY=heterogeneous-70,heterogeneous-70-many,heterogeneous-85,
+heterogeneous-85-many LEVEL=0.95)."""
 import json, re, subprocess, sys, os
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("BIN", os.path.join(ROOT, "target/release/prequal"))
@@ -16,6 +19,12 @@ variants = sys.argv[1:] or ['{ name = "prequal" }']
 matrix = ["beyond-round-robin", "add-steps", "power-of-two-none", "power-of-two-moderate",
           "power-of-two-high", "power-of-two-central", "heterogeneous-70", "heterogeneous-70-many",
           "heterogeneous-85", "heterogeneous-85-many", "selection-rules", "prequal-ramp"]
+if os.environ.get("ONLY"):
+    only = os.environ["ONLY"].split(",")
+    unknown = [n for n in only if n not in matrix]
+    if unknown:
+        sys.exit(f"matrix.py: ONLY names {unknown}, not matrix scenarios: {matrix}")
+    matrix = [n for n in matrix if n in only]
 os.makedirs(TMP, exist_ok=True)
 tot = {}
 for name in matrix:
@@ -30,6 +39,8 @@ for name in matrix:
     conts = ", ".join(f'"{p}"' for p in ps) + ", " + ", ".join(variants)
     text = text[:m.start()] + f"contenders = [{conts}]\n" + text[m.end():]
     path = f"{TMP}/{name}.toml"
+    if os.environ.get("LEVEL"):
+        text = re.sub(r"\blevel = [0-9.]+", "level = " + os.environ["LEVEL"], text)
     if os.environ.get("CLIENTS_EXTRA"):
         text = text.replace("[clients]\n", "[clients]\n" + os.environ["CLIENTS_EXTRA"].replace("\\n", "\n") + "\n", 1)
     if os.environ.get("EXTRA"):
