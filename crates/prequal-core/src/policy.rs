@@ -196,7 +196,9 @@ pub struct PoolEntryView {
     pub age_us: u64,
     /// Uses left before the reply is removed.
     pub uses_left: u32,
-    /// Whether the HCL rule currently calls it hot.
+    /// Whether the HCL rule currently ranks it with the hot replies, after every cold one: its
+    /// RIF is above the hot threshold, or it is cold but slower than `max_cold_slowdown` times
+    /// the fastest hot reply.
     pub hot: bool,
 }
 

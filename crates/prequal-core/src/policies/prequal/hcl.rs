@@ -234,13 +234,31 @@ pub fn hcl_key(cx: &HclContext, rif: u32, latency_ns: u64) -> u128 {
     let in_band = !hot && i128::from(latency_ns) <= cx.ceiling_ns;
     let latency = u128::from(latency_ns);
     let rif = u128::from(rif);
-    if hot {
+    if !hot && latency_ns > cx.slow_cold_ns {
+        // After every hot key (whose RIF, below 2^32, never reaches bit 126), by latency alone.
+        1 << 127 | 1 << 126 | latency
+    } else if hot {
         1 << 127 | rif << 64 | latency
     } else if in_band {
         rif << 64 | latency
     } else {
         1 << 126 | latency << 32 | rif
     }
+}
+
+/// [`hcl_rank`] under `cx`, with its limit on slow cold replies: a cold reply slower than
+/// [`HclContext::slow_cold`] ranks after every hot one, by latency alone.
+pub fn hcl_rank_in(cx: &HclContext, rif: u32, latency: Duration) -> Rank {
+    let hot = cx.threshold.is_hot(rif);
+    if !hot && cx.slow_cold.is_some_and(|limit| latency > limit) {
+        // After every hot reply (whose key is a RIF), by latency alone.
+        return Rank {
+            hot: true,
+            key: f64::INFINITY,
+            tie: latency.as_secs_f64(),
+        };
+    }
+    hcl_rank(cx.threshold, cx.ceiling, rif, latency)
 }
 
 /// What HCL computes once per decision.
@@ -250,21 +268,37 @@ pub struct HclContext {
     pub threshold: Threshold,
     /// The top of the latency band: cold replies at or below it rank by RIF (None: no band).
     pub ceiling: Option<Duration>,
+    /// Cold replies slower than this rank after every hot one (None: no limit, the paper's
+    /// rule).
+    pub slow_cold: Option<Duration>,
     /// [`Threshold::hot_above`] of `threshold`, for [`hcl_key`].
     hot_above: i64,
     /// `ceiling` in whole nanoseconds, for [`hcl_key`]; with no band, a value no latency is at
     /// or below.
     ceiling_ns: i128,
+    /// `slow_cold` in whole nanoseconds, for [`hcl_key`]; with no limit, `u64::MAX`.
+    slow_cold_ns: u64,
 }
 
 impl HclContext {
-    /// The context for `threshold` and `ceiling`.
+    /// The context for `threshold` and `ceiling`, with no limit on slow cold replies.
     pub fn new(threshold: Threshold, ceiling: Option<Duration>) -> Self {
         Self {
             threshold,
             ceiling,
+            slow_cold: None,
             hot_above: threshold.hot_above(),
             ceiling_ns: ceiling.map_or(-1, |c| i128::from(duration_nanos(c))),
+            slow_cold_ns: u64::MAX,
+        }
+    }
+
+    /// The same context, with cold replies slower than `limit` ranking after every hot one.
+    pub fn with_slow_cold(self, limit: Option<Duration>) -> Self {
+        Self {
+            slow_cold: limit,
+            slow_cold_ns: limit.map_or(u64::MAX, duration_nanos),
+            ..self
         }
     }
 }
@@ -288,6 +322,7 @@ pub struct Hcl {
     q_rif: f64,
     latency_band: f64,
     own_queries_raise_latency: bool,
+    max_cold_slowdown: f64,
     /// Replicas known (for the pool's coverage of the cluster).
     replicas: usize,
     history: RifHistory,
@@ -295,14 +330,25 @@ pub struct Hcl {
 
 impl Hcl {
     /// The rule with quantile `q_rif` (in [0, 1]), latency band `latency_band` (>= 0; 0 is
-    /// the paper's rule) and `own_queries_raise_latency` (false is the paper's rule).
+    /// the paper's rule) and `own_queries_raise_latency` (false is the paper's rule), with no
+    /// limit on slow cold replies (the paper's rule; see [`Hcl::with_max_cold_slowdown`]).
     pub fn new(q_rif: f64, latency_band: f64, own_queries_raise_latency: bool) -> Self {
         Self {
             q_rif,
             latency_band,
             own_queries_raise_latency,
+            max_cold_slowdown: 0.0,
             replicas: 0,
             history: RifHistory::default(),
+        }
+    }
+
+    /// The same rule, where a cold reply more than `slowdown` times slower than the fastest
+    /// hot reply in the pool ranks after every hot one (0: no limit).
+    pub fn with_max_cold_slowdown(self, slowdown: f64) -> Self {
+        Self {
+            max_cold_slowdown: slowdown,
+            ..self
         }
     }
 
@@ -356,12 +402,22 @@ impl Rule for Hcl {
         } else {
             None
         };
-        HclContext::new(threshold, ceiling)
+        // An idle replica is cold whatever its speed; past this it is not worth being idle.
+        let slow_cold = if self.max_cold_slowdown > 0.0 {
+            pool.iter()
+                .filter(|e| threshold.is_hot(e.rif))
+                .map(|e| self.latency_ns(e))
+                .min()
+                .map(|fastest| Duration::from_nanos(fastest).mul_f64(self.max_cold_slowdown))
+        } else {
+            None
+        };
+        HclContext::new(threshold, ceiling).with_slow_cold(slow_cold)
     }
 
     fn rank(&self, cx: &HclContext, entry: &Entry, _load: &ReplicaLoad) -> Rank {
         let latency = Duration::from_nanos(self.latency_ns(entry));
-        hcl_rank(cx.threshold, cx.ceiling, entry.rif, latency)
+        hcl_rank_in(cx, entry.rif, latency)
     }
 
     type Key = u128;
@@ -378,12 +434,16 @@ impl Rule for Hcl {
                 "own_queries_raise_latency",
                 f64::from(u8::from(self.own_queries_raise_latency)),
             ),
+            ("max_cold_slowdown", self.max_cold_slowdown),
         ];
         if cx.threshold != Threshold::AllCold {
             values.push(("hot_rif_threshold", cx.threshold.as_f64()));
         }
         if let Some(c) = cx.ceiling {
             values.push(("latency_band_ceiling_s", c.as_secs_f64()));
+        }
+        if let Some(limit) = cx.slow_cold {
+            values.push(("slow_cold_latency_s", limit.as_secs_f64()));
         }
         values
     }
@@ -433,6 +493,27 @@ mod tests {
         assert!(cold_fast.order(&cold_slow).is_lt());
         assert!(cold_slow.order(&hot_light).is_lt());
         assert!(hot_light.order(&hot_heavy).is_lt());
+    }
+
+    #[test]
+    fn a_cold_reply_past_the_slowdown_limit_ranks_after_every_hot_one() {
+        let t = Threshold::Above(3);
+        let ms = Duration::from_millis;
+        let cx = HclContext::new(t, None).with_slow_cold(Some(ms(100)));
+        let cold_slow = hcl_rank_in(&cx, 0, ms(101));
+        let cold_slower = hcl_rank_in(&cx, 0, ms(500));
+        let cold_at_limit = hcl_rank_in(&cx, 1, ms(100));
+        let hot_heavy = hcl_rank_in(&cx, 40, ms(20));
+        assert!(cold_at_limit.order(&hot_heavy).is_lt());
+        assert!(hot_heavy.order(&cold_slow).is_lt());
+        assert!(cold_slow.order(&cold_slower).is_lt());
+        for (rif, latency) in [(0, 101), (0, 500), (1, 100), (40, 20)] {
+            assert_eq!(
+                hcl_rank_in(&cx, rif, ms(latency)).hot,
+                rif > 3 || latency > 100,
+                "{rif} {latency}"
+            );
+        }
     }
 
     #[test]
@@ -493,24 +574,30 @@ mod tests {
             prop_assert_eq!(h.threshold(q), Threshold::Above(sorted[rank - 1]));
         }
 
-        /// The integer key orders replies exactly as the rank does.
+        /// The integer key orders replies exactly as the rank does, with or without a limit on
+        /// slow cold replies.
         #[test]
         fn key_orders_like_rank(
             a in (prop_oneof![0u32..40, Just(u32::MAX)], prop_oneof![0u64..5_000_000_000, 0u64..1 << 52]),
             b in (prop_oneof![0u32..40, Just(u32::MAX)], prop_oneof![0u64..5_000_000_000, 0u64..1 << 52]),
             t in thresholds(),
             c in ceilings(),
+            slow in ceilings(),
         ) {
             let (ra, rb) = (Duration::from_nanos(a.1), Duration::from_nanos(b.1));
-            let by_rank = hcl_rank(t, c, a.0, ra).order(&hcl_rank(t, c, b.0, rb));
-            let cx = HclContext::new(t, c);
+            let cx = HclContext::new(t, c).with_slow_cold(slow);
+            let by_rank = hcl_rank_in(&cx, a.0, ra).order(&hcl_rank_in(&cx, b.0, rb));
             prop_assert_eq!(hcl_key(&cx, a.0, a.1).cmp(&hcl_key(&cx, b.0, b.1)), by_rank);
             // Equal signals from different sides of the threshold, and near-equal latencies.
             let near = Duration::from_nanos(a.1 + 1);
             prop_assert_eq!(
                 hcl_key(&cx, a.0, a.1).cmp(&hcl_key(&cx, a.0, a.1 + 1)),
-                hcl_rank(t, c, a.0, ra).order(&hcl_rank(t, c, a.0, near))
+                hcl_rank_in(&cx, a.0, ra).order(&hcl_rank_in(&cx, a.0, near))
             );
+            // Without a limit, the rank in a context is the paper's (and the band's) rank.
+            if slow.is_none() {
+                prop_assert_eq!(hcl_rank_in(&cx, a.0, ra), hcl_rank(t, c, a.0, ra));
+            }
         }
 
         /// The rule's own `key` and `rank` order pooled replies alike, replies this client has
@@ -521,6 +608,7 @@ mod tests {
             b in (0u32..40, 0u64..5_000_000_000, 0u32..6, 0u32..6),
             t in thresholds(),
             c in ceilings(),
+            slow in ceilings(),
             scaled in any::<bool>(),
         ) {
             use crate::policies::probing::engine::Rule;
@@ -537,7 +625,7 @@ mod tests {
             };
             let (ea, eb) = (entry(a), entry(b));
             let rule = Hcl::new(0.84, 1.5, scaled);
-            let cx = HclContext::new(t, c);
+            let cx = HclContext::new(t, c).with_slow_cold(slow);
             let load = ReplicaLoad::default();
             prop_assert_eq!(
                 rule.key(&cx, &ea, &load).cmp(&rule.key(&cx, &eb, &load)),

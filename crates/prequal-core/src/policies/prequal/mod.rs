@@ -33,6 +33,9 @@
 //!   by grows in proportion to this client's queries sent on it that have not finished,
 //!   × (RIF + 1) / (RIF − those + 1), since the report described the replica before them
 //!   ([`Entry::latency_with_own_queries_ns`](super::probing::pool::Entry::latency_with_own_queries_ns)).
+//!   And (`max_cold_slowdown = 0` is the paper's rule): a cold reply whose latency is more than
+//!   `max_cold_slowdown` (default 5) times the fastest hot reply's ranks after every hot one,
+//!   so a replica that is idle because it is very slow does not win for being idle.
 //!   See [`hcl`].
 //! - **Error aversion.** Replies from replicas whose recent error share exceeds
 //!   `error_threshold` rank after all others, so a replica that fails fast cannot sinkhole
@@ -97,8 +100,8 @@ use hcl::Hcl;
 pub type Prequal = AsyncProbing<Hcl>;
 
 /// `prequal` parameters. Every key is optional; defaults are those of the paper's testbed,
-/// except `latency_band` (the paper's rule is 0), `completions_lower_rif` and
-/// `own_queries_raise_latency` (both false in the paper).
+/// except `latency_band` and `max_cold_slowdown` (the paper's rule is 0 for both),
+/// `completions_lower_rif` and `own_queries_raise_latency` (both false in the paper).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -126,6 +129,9 @@ pub struct Config {
     /// A reply's latency grows with this client's unfinished queries sent on it, default true
     /// (the paper's rule: false).
     pub own_queries_raise_latency: bool,
+    /// A cold reply more than this many times slower than the fastest hot one ranks after
+    /// every hot one, default 5 (the paper's rule: 0, no limit).
+    pub max_cold_slowdown: f64,
     /// Idle-probe period, default 100 ms.
     #[serde(with = "humantime_serde")]
     pub max_idle: Duration,
@@ -152,6 +158,7 @@ impl Default for Config {
             latency_band: params::LATENCY_BAND,
             completions_lower_rif: params::COMPLETIONS_LOWER_RIF,
             own_queries_raise_latency: params::OWN_QUERIES_RAISE_LATENCY,
+            max_cold_slowdown: params::MAX_COLD_SLOWDOWN,
             max_idle: params::MAX_IDLE,
             probe_timeout: params::PROBE_TIMEOUT,
             error_threshold: params::ERROR_THRESHOLD,
@@ -161,6 +168,16 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The HCL rule with these settings.
+    pub fn rule(&self) -> Hcl {
+        Hcl::new(
+            self.q_rif,
+            self.latency_band,
+            self.own_queries_raise_latency,
+        )
+        .with_max_cold_slowdown(self.max_cold_slowdown)
+    }
+
     /// The engine parameters.
     pub fn probing(&self) -> ProbingParams {
         ProbingParams {
@@ -199,6 +216,7 @@ impl BuildPolicy for Config {
             params::LATENCY_BAND_DOC,
             params::COMPLETIONS_LOWER_RIF_DOC,
             params::OWN_QUERIES_RAISE_LATENCY_DOC,
+            params::MAX_COLD_SLOWDOWN_DOC,
             params::MAX_IDLE_DOC,
             params::PROBE_TIMEOUT_DOC,
             params::ERROR_THRESHOLD_DOC,
@@ -216,17 +234,18 @@ impl BuildPolicy for Config {
                 format!("must be a finite number >= 0, got {}", self.latency_band),
             ));
         }
+        let slowdown = self.max_cold_slowdown;
+        if !(slowdown.is_finite() && (slowdown == 0.0 || slowdown >= 1.0)) {
+            return Err(ConfigError::invalid(
+                Self::INFO.name,
+                "max_cold_slowdown",
+                format!("must be 0 (no limit) or a finite number >= 1, got {slowdown}"),
+            ));
+        }
         Ok(())
     }
 
     fn build(&self) -> Box<dyn Policy> {
-        Box::new(Prequal::new(
-            self.probing(),
-            Hcl::new(
-                self.q_rif,
-                self.latency_band,
-                self.own_queries_raise_latency,
-            ),
-        ))
+        Box::new(Prequal::new(self.probing(), self.rule()))
     }
 }

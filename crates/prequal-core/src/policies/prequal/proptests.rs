@@ -7,7 +7,8 @@ use rand::RngCore;
 
 use super::tests::{drop_probes, pick_id, policy, probe, query, report};
 use super::*;
-use crate::policy::{Completion, Outcome, Policy, QueryId};
+use crate::policies::probing::engine::Rule;
+use crate::policy::{Completion, Outcome, Policy, PoolEntryView, QueryId};
 use crate::replica::{ReplicaChange, ReplicaId};
 use crate::testing::rng;
 use crate::time::Time;
@@ -94,16 +95,18 @@ proptest! {
         }
     }
 
-    /// With any cold reply in the pool, the policy never picks a replica that only has hot
-    /// replies (and picks the lowest RIF in the latency band); with all hot, it picks one with
-    /// the lowest RIF.
+    /// With any cold reply in the pool no slower than `max_cold_slowdown` times the fastest
+    /// hot one (any cold reply at all under the paper's rule, 0), the policy never picks a
+    /// replica that only has hot replies (and picks the lowest RIF in the latency band);
+    /// otherwise it picks a hot one with the lowest RIF.
     #[test]
     fn hcl_never_picks_hot_when_cold_exists(
         replies in proptest::collection::vec((0u32..6, 0u32..12, 1u64..100), 2..16),
         q_rif in 0.05f64..0.95,
+        max_cold_slowdown in prop_oneof![Just(0.0), Just(5.0), 1.0f64..10.0],
         seed in any::<u64>(),
     ) {
-        let config = Config { q_rif, remove_rate: 0.0, ..Config::default() };
+        let config = Config { q_rif, remove_rate: 0.0, max_cold_slowdown, ..Config::default() };
         let mut p = policy(&config, 6);
         let mut rng = rng(seed);
         for (r, rif, ms) in &replies {
@@ -113,14 +116,29 @@ proptest! {
         // One reply per replica: repeated replicas may leave fewer than two, the random case.
         prop_assume!(pool.len() >= 2);
         let chosen = pick_id(&mut p, 1, Time::ZERO, &mut rng);
-        let cold: Vec<_> = pool.iter().filter(|e| !e.hot).collect();
+        // Hot by the threshold alone (the snapshot's `hot` also marks cold replies past the
+        // slowdown limit, which rank with the hot ones).
+        let threshold = p.rule().context_for(p.pool()).threshold;
+        let is_hot = |e: &PoolEntryView| threshold.is_hot(e.rif);
+        let fastest_hot = pool.iter().filter(|e| is_hot(e)).map(|e| e.latency_us).min();
+        let limit = fastest_hot
+            .filter(|_| max_cold_slowdown > 0.0)
+            .map(|us| us as f64 * max_cold_slowdown);
+        let all_cold: Vec<_> = pool.iter().filter(|e| !is_hot(e)).collect();
+        let cold: Vec<_> = all_cold
+            .iter()
+            .filter(|e| limit.is_none_or(|limit| e.latency_us as f64 <= limit))
+            .collect();
+        for e in &pool {
+            prop_assert_eq!(e.hot, is_hot(e) || !cold.iter().any(|c| c.replica == e.replica));
+        }
         if cold.is_empty() {
-            let min_rif = pool.iter().map(|e| e.rif).min().unwrap_or(0);
-            prop_assert!(pool.iter().any(|e| e.replica == chosen && e.rif == min_rif));
+            let min_rif = pool.iter().filter(|e| is_hot(e)).map(|e| e.rif).min().unwrap_or(0);
+            prop_assert!(pool.iter().any(|e| is_hot(e) && e.replica == chosen && e.rif == min_rif));
         } else {
             // The latency band: cold replies within (1 + latency_band) of the fastest cold one
             // are equally fast, and the lowest RIF among them wins.
-            let best = cold.iter().map(|e| e.latency_us).min().unwrap_or(0);
+            let best = all_cold.iter().map(|e| e.latency_us).min().unwrap_or(0);
             let ceiling = best as f64 * (1.0 + config.latency_band);
             let band: Vec<_> = cold.iter().filter(|e| e.latency_us as f64 <= ceiling).collect();
             let min_rif = band.iter().map(|e| e.rif).min().unwrap_or(0);

@@ -40,14 +40,7 @@ pub(super) fn query(id: u64) -> Query {
 
 /// A `prequal` instance over replicas `0..n` built from `config`.
 pub(super) fn policy(config: &Config, n: u32) -> Prequal {
-    let mut p = Prequal::new(
-        config.probing(),
-        Hcl::new(
-            config.q_rif,
-            config.latency_band,
-            config.own_queries_raise_latency,
-        ),
-    );
+    let mut p = Prequal::new(config.probing(), config.rule());
     for id in 0..n {
         p.on_replica_change(ReplicaChange::Insert(ReplicaId(id)), Time::ZERO);
     }
@@ -253,6 +246,41 @@ fn own_queries_raise_a_reply_latency_unless_the_paper_rule_is_asked_for() {
     assert_eq!(picks(true), (a, b, a));
     assert_eq!(picks(false), (a, a, a));
     assert!(Config::default().own_queries_raise_latency);
+}
+
+#[test]
+fn a_cold_reply_far_slower_than_a_hot_one_ranks_after_it_unless_the_paper_rule_is_asked_for() {
+    // Replica 0 is idle (RIF 0; with q_rif = 0.25 of the RIFs 0, 4, 4, 4 the threshold is 0,
+    // so it is the only cold reply) but answers in `slow_ms`;
+    // replicas 1-3 are busier (RIF 4, hot) and answer in 20-22 ms. The paper's rule takes the
+    // cold one whatever its latency; by default a cold reply more than 5 times slower than the
+    // fastest hot one (here above 100 ms) ranks after the hot ones, which go by RIF, then
+    // latency.
+    let pick = |max_cold_slowdown: f64, slow_ms: u64| {
+        let config = Config {
+            q_rif: 0.25,
+            remove_rate: 0.0,
+            max_cold_slowdown,
+            ..Config::default()
+        };
+        let mut p = policy(&config, 4);
+        let mut rng = rng(3);
+        let at = Time::from_millis(10);
+        p.on_probe_reply(&probe(0), &report(0, slow_ms), at, &mut rng);
+        for (i, ms) in [(1, 20), (2, 21), (3, 22)] {
+            p.on_probe_reply(&probe(i), &report(4, ms), at, &mut rng);
+        }
+        pick_id(&mut p, 1, at, &mut rng)
+    };
+    let default = Config::default().max_cold_slowdown;
+    assert_eq!(default, 5.0);
+    assert_eq!(pick(default, 1000), ReplicaId(1));
+    assert_eq!(
+        pick(default, 90),
+        ReplicaId(0),
+        "within the limit, cold still wins"
+    );
+    assert_eq!(pick(0.0, 1000), ReplicaId(0), "the paper's rule");
 }
 
 #[test]

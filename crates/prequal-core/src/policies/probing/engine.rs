@@ -36,7 +36,8 @@ use crate::time::{Time, duration_nanos};
 /// `tie`. Rules without a hot/cold split leave `hot` false.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Rank {
-    /// Whether the reply is hot (HCL); every hot reply ranks after every cold one.
+    /// Whether the reply is hot (HCL), or ranks with the hot ones (a cold reply past HCL's
+    /// slowdown limit); every hot reply ranks after every cold one.
     pub hot: bool,
     /// The main score (cold: latency; hot: RIF; linear and C3: their score).
     pub key: f64,

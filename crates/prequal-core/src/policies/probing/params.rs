@@ -33,6 +33,9 @@ pub const COMPLETIONS_LOWER_RIF: bool = true;
 /// Default for whether a pooled reply's latency grows with this client's unfinished queries
 /// sent on it: on, our addition (off is the paper's rule; docs/policies.md).
 pub const OWN_QUERIES_RAISE_LATENCY: bool = true;
+/// Default for how many times slower than the fastest hot reply a cold reply may be and still
+/// rank before the hot ones: 5, our addition (0, no limit, is the paper's rule; docs/policies.md).
+pub const MAX_COLD_SLOWDOWN: f64 = 5.0;
 /// Default idle-probe period: a tenth of the age limit, so an idle client, sending one probe
 /// per period, still holds about ten fresh replies, well above the two HCL needs.
 pub const MAX_IDLE: Duration = Duration::from_millis(100);
@@ -113,6 +116,15 @@ pub const OWN_QUERIES_RAISE_LATENCY_DOC: ParamDoc = ParamDoc {
     doc: "the latency a reply ranks by grows with this client's queries sent on it that have \
           not finished: × (RIF + 1) / (RIF − those + 1); false is the paper's rule, where a \
           reply keeps its reported latency for every use",
+};
+/// `max_cold_slowdown`.
+pub const MAX_COLD_SLOWDOWN_DOC: ParamDoc = ParamDoc {
+    key: "max_cold_slowdown",
+    default: "5.0",
+    doc: "a cold reply whose latency is more than this many times the fastest hot reply's \
+          ranks after every hot reply, so an idle but very slow replica does not win only for \
+          being idle; >= 1, or 0 for no limit (the paper's rule: every cold reply before every \
+          hot one)",
 };
 /// `max_idle`.
 pub const MAX_IDLE_DOC: ParamDoc = ParamDoc {
