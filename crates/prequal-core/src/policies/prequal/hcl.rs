@@ -408,7 +408,10 @@ impl Rule for Hcl {
                 .filter(|e| threshold.is_hot(e.rif))
                 .map(|e| self.latency_ns(e))
                 .min()
-                .map(|fastest| Duration::from_nanos(fastest).mul_f64(self.max_cold_slowdown))
+                // A float-to-integer cast saturates: no overflow whatever the factor.
+                .map(|fastest| {
+                    Duration::from_nanos((fastest as f64 * self.max_cold_slowdown) as u64)
+                })
         } else {
             None
         };

@@ -34,7 +34,7 @@
 //!   × (RIF + 1) / (RIF − those + 1), since the report described the replica before them
 //!   ([`Entry::latency_with_own_queries_ns`](super::probing::pool::Entry::latency_with_own_queries_ns)).
 //!   And (`max_cold_slowdown = 0` is the paper's rule): a cold reply whose latency is more than
-//!   `max_cold_slowdown` (default 5) times the fastest hot reply's ranks after every hot one,
+//!   `max_cold_slowdown` (default 10) times the fastest hot reply's ranks after every hot one,
 //!   so a replica that is idle because it is very slow does not win for being idle.
 //!   See [`hcl`].
 //! - **Error aversion.** Replies from replicas whose recent error share exceeds
@@ -130,7 +130,7 @@ pub struct Config {
     /// (the paper's rule: false).
     pub own_queries_raise_latency: bool,
     /// A cold reply more than this many times slower than the fastest hot one ranks after
-    /// every hot one, default 5 (the paper's rule: 0, no limit).
+    /// every hot one, default 10 (the paper's rule: 0, no limit).
     pub max_cold_slowdown: f64,
     /// Idle-probe period, default 100 ms.
     #[serde(with = "humantime_serde")]

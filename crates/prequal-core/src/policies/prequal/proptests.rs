@@ -103,7 +103,7 @@ proptest! {
     fn hcl_never_picks_hot_when_cold_exists(
         replies in proptest::collection::vec((0u32..6, 0u32..12, 1u64..100), 2..16),
         q_rif in 0.05f64..0.95,
-        max_cold_slowdown in prop_oneof![Just(0.0), Just(5.0), 1.0f64..10.0],
+        max_cold_slowdown in prop_oneof![Just(0.0), Just(10.0), 1.0f64..20.0],
         seed in any::<u64>(),
     ) {
         let config = Config { q_rif, remove_rate: 0.0, max_cold_slowdown, ..Config::default() };

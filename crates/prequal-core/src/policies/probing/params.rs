@@ -34,8 +34,8 @@ pub const COMPLETIONS_LOWER_RIF: bool = true;
 /// sent on it: on, our addition (off is the paper's rule; docs/policies.md).
 pub const OWN_QUERIES_RAISE_LATENCY: bool = true;
 /// Default for how many times slower than the fastest hot reply a cold reply may be and still
-/// rank before the hot ones: 5, our addition (0, no limit, is the paper's rule; docs/policies.md).
-pub const MAX_COLD_SLOWDOWN: f64 = 5.0;
+/// rank before the hot ones: 10, our addition (0, no limit, is the paper's rule; docs/policies.md).
+pub const MAX_COLD_SLOWDOWN: f64 = 10.0;
 /// Default idle-probe period: a tenth of the age limit, so an idle client, sending one probe
 /// per period, still holds about ten fresh replies, well above the two HCL needs.
 pub const MAX_IDLE: Duration = Duration::from_millis(100);
@@ -120,7 +120,7 @@ pub const OWN_QUERIES_RAISE_LATENCY_DOC: ParamDoc = ParamDoc {
 /// `max_cold_slowdown`.
 pub const MAX_COLD_SLOWDOWN_DOC: ParamDoc = ParamDoc {
     key: "max_cold_slowdown",
-    default: "5.0",
+    default: "10.0",
     doc: "a cold reply whose latency is more than this many times the fastest hot reply's \
           ranks after every hot reply, so an idle but very slow replica does not win only for \
           being idle; >= 1, or 0 for no limit (the paper's rule: every cold reply before every \
