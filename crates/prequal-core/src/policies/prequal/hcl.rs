@@ -234,11 +234,11 @@ pub fn hcl_key(cx: &HclContext, rif: u32, latency_ns: u64) -> u128 {
     let in_band = !hot && i128::from(latency_ns) <= cx.ceiling_ns;
     let latency = u128::from(latency_ns);
     let rif = u128::from(rif);
-    if !hot && latency_ns > cx.slow_cold_ns {
+    if hot {
+        1 << 127 | rif << 64 | latency
+    } else if latency_ns > cx.slow_cold_ns {
         // After every hot key (whose RIF, below 2^32, never reaches bit 126), by latency alone.
         1 << 127 | 1 << 126 | latency
-    } else if hot {
-        1 << 127 | rif << 64 | latency
     } else if in_band {
         rif << 64 | latency
     } else {
@@ -393,28 +393,29 @@ impl Rule for Hcl {
             (pool.capacity() as f64 / self.replicas as f64).min(1.0)
         };
         let band = self.latency_band * coverage;
-        let ceiling = if band > 0.0 {
-            pool.iter()
-                .filter(|e| !threshold.is_hot(e.rif))
-                .map(|e| self.latency_ns(e))
-                .min()
-                .map(|fastest| Duration::from_nanos(fastest).mul_f64(1.0 + band))
-        } else {
-            None
-        };
-        // An idle replica is cold whatever its speed; past this it is not worth being idle.
-        let slow_cold = if self.max_cold_slowdown > 0.0 {
-            pool.iter()
-                .filter(|e| threshold.is_hot(e.rif))
-                .map(|e| self.latency_ns(e))
-                .min()
-                // A float-to-integer cast saturates: no overflow whatever the factor.
-                .map(|fastest| {
-                    Duration::from_nanos((fastest as f64 * self.max_cold_slowdown) as u64)
-                })
-        } else {
-            None
-        };
+        // The fastest cold and the fastest hot latency, in one pass over the pool.
+        let (mut fastest_cold, mut fastest_hot) = (None, None);
+        if band > 0.0 || self.max_cold_slowdown > 0.0 {
+            for entry in pool.iter() {
+                let fastest = if threshold.is_hot(entry.rif) {
+                    &mut fastest_hot
+                } else {
+                    &mut fastest_cold
+                };
+                let latency = self.latency_ns(entry);
+                if fastest.is_none_or(|f| latency < f) {
+                    *fastest = Some(latency);
+                }
+            }
+        }
+        let ceiling = fastest_cold
+            .filter(|_| band > 0.0)
+            .map(|fastest| Duration::from_nanos(fastest).mul_f64(1.0 + band));
+        // An idle replica is cold whatever its speed; past this it is not worth being idle. A
+        // float-to-integer cast saturates: no overflow whatever the factor.
+        let slow_cold = fastest_hot
+            .filter(|_| self.max_cold_slowdown > 0.0)
+            .map(|fastest| Duration::from_nanos((fastest as f64 * self.max_cold_slowdown) as u64));
         HclContext::new(threshold, ceiling).with_slow_cold(slow_cold)
     }
 
