@@ -232,18 +232,19 @@ pub fn hcl_rank(
 pub fn hcl_key(cx: &HclContext, rif: u32, latency_ns: u64) -> u128 {
     let hot = i64::from(rif) > cx.hot_above;
     let in_band = !hot && i128::from(latency_ns) <= cx.ceiling_ns;
+    let slow = !hot && latency_ns > cx.slow_cold_ns;
     let latency = u128::from(latency_ns);
     let rif = u128::from(rif);
-    if hot {
-        1 << 127 | rif << 64 | latency
-    } else if latency_ns > cx.slow_cold_ns {
-        // After every hot key (whose RIF, below 2^32, never reaches bit 126), by latency alone.
-        1 << 127 | 1 << 126 | latency
-    } else if in_band {
-        rif << 64 | latency
-    } else {
-        1 << 126 | latency << 32 | rif
-    }
+    // Every case computed and one selected: the pick folds this over the pool, where branches
+    // on the cases would mispredict.
+    let hot_key = 1 << 127 | rif << 64 | latency;
+    // After every hot key (whose RIF, below 2^32, never reaches bit 126), by latency alone.
+    let slow_key = 1 << 127 | 1 << 126 | latency;
+    let band_key = rif << 64 | latency;
+    let cold_key = 1 << 126 | latency << 32 | rif;
+    let key = if in_band { band_key } else { cold_key };
+    let key = if slow { slow_key } else { key };
+    if hot { hot_key } else { key }
 }
 
 /// [`hcl_rank`] under `cx`, with its limit on slow cold replies: a cold reply slower than
@@ -402,6 +403,11 @@ impl Rule for Hcl {
                 } else {
                     &mut fastest_cold
                 };
+                // A ranked latency is never below the reported one, so an entry reported at or
+                // above the fastest so far cannot lower it (and needs no scaling).
+                if fastest.is_some_and(|f| entry.latency_ns >= f) {
+                    continue;
+                }
                 let latency = self.latency_ns(entry);
                 if fastest.is_none_or(|f| latency < f) {
                     *fastest = Some(latency);
