@@ -83,6 +83,13 @@ pub fn duration_nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// A latency measured with `from` queries in flight carried to `to` in flight, each query
+/// ahead of a new one adding its share: `nanos` × (to + 1) / (from + 1), saturating.
+pub(crate) fn scale_with_rif(nanos: u64, from: u32, to: u32) -> u64 {
+    let scaled = u128::from(nanos) * (u128::from(to) + 1) / (u128::from(from) + 1);
+    u64::try_from(scaled).unwrap_or(u64::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,6 +19,8 @@
 
 use std::cell::Cell;
 
+use crate::time::scale_with_rif;
+
 /// What one estimate read: the buckets its gather visited, and whether it fell back to the
 /// newest samples of any RIF.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -42,13 +44,9 @@ impl Estimate {
     /// Samples taken at RIF `from` carried up to RIF `to`: each query in flight ahead of a new
     /// one adds its share, so latency grows as (RIF + 1).
     pub(super) fn scaled(self, to: u32, from: u32) -> Estimate {
-        let scale = |nanos: u64| {
-            let scaled = u128::from(nanos) * (u128::from(to) + 1) / (u128::from(from) + 1);
-            u64::try_from(scaled).unwrap_or(u64::MAX)
-        };
         Estimate {
-            median: scale(self.median),
-            max: scale(self.max),
+            median: scale_with_rif(self.median, from, to),
+            max: scale_with_rif(self.max, from, to),
         }
     }
 }

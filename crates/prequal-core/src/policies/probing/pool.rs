@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::replica::ReplicaId;
-use crate::time::Time;
+use crate::time::{Time, scale_with_rif};
 
 /// One probe reply held in the pool.
 #[derive(Clone, Debug, PartialEq)]
@@ -71,9 +71,7 @@ impl Entry {
         if own == 0 {
             return self.latency_ns;
         }
-        let rif = u128::from(self.rif) + 1;
-        let before = u128::from(self.rif.saturating_sub(own)) + 1;
-        u64::try_from(u128::from(self.latency_ns) * rif / before).unwrap_or(u64::MAX)
+        scale_with_rif(self.latency_ns, self.rif.saturating_sub(own), self.rif)
     }
 }
 
