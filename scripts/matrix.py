@@ -9,7 +9,8 @@ the scenario files (or SEED=n in the environment for another seed). EXTRA='[esti
 appends TOML to every scenario (for settings outside the policy, such as the replicas' tracker).
 ONLY=a,b runs only those matrix scenarios; LEVEL=0.95 sets every load step's level (the
 heterogeneous scenarios at overload: ONLY=heterogeneous-70,heterogeneous-70-many,heterogeneous-85,
-heterogeneous-85-many LEVEL=0.95)."""
+heterogeneous-85-many LEVEL=0.95). SET=held-out runs the held-out scenarios (scenarios/held-out/, never
+used to choose a default) instead of the matrix; ONLY and LEVEL apply to them as well."""
 import json, re, subprocess, sys, os
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("BIN", os.path.join(ROOT, "target/release/prequal"))
@@ -19,11 +20,16 @@ variants = sys.argv[1:] or ['{ name = "prequal" }']
 matrix = ["beyond-round-robin", "add-steps", "power-of-two-none", "power-of-two-moderate",
           "power-of-two-high", "power-of-two-central", "heterogeneous-70", "heterogeneous-70-many",
           "heterogeneous-85", "heterogeneous-85-many", "selection-rules", "prequal-ramp"]
+if os.environ.get("SET") == "held-out":
+    SC = os.path.join(SC, "held-out")
+    matrix = sorted(f[:-5] for f in os.listdir(SC) if f.endswith(".toml"))
+elif os.environ.get("SET"):
+    sys.exit(f"matrix.py: SET must be held-out (or unset for the matrix), got {os.environ['SET']!r}")
 if os.environ.get("ONLY"):
     only = os.environ["ONLY"].split(",")
     unknown = [n for n in only if n not in matrix]
     if unknown:
-        sys.exit(f"matrix.py: ONLY names {unknown}, not matrix scenarios: {matrix}")
+        sys.exit(f"matrix.py: ONLY names {unknown}, not scenarios of this set: {matrix}")
     matrix = [n for n in matrix if n in only]
 os.makedirs(TMP, exist_ok=True)
 tot = {}
@@ -58,7 +64,7 @@ for name in matrix:
         q = lambda x, k: x["summary"]["latency_ms"][k]
         best = {k: min(q(x, k) for x in peer) for k in ("p50", "p99", "p999")}
         bestname = {k: min(peer, key=lambda x: q(x, k))["label"] for k in best}
-        line = f"{name[:22]:22} {load:4.2f} best peer p50 {best['p50']:7.1f} p99 {best['p99']:7.1f} p99.9 {best['p999']:7.1f} |"
+        line = f"{name[:27]:27} {load:4.2f} best peer p50 {best['p50']:7.1f} p99 {best['p99']:7.1f} p99.9 {best['p999']:7.1f} |"
         for i, x in enumerate(pre):
             rr = [q(x, k) / best[k] for k in ("p50", "p99", "p999")]
             ok = rr[0] <= 1.05 and rr[1] <= 1.0 and rr[2] <= 1.0

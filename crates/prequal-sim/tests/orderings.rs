@@ -237,3 +237,47 @@ fn default_prequal_returns_traffic_to_a_replica_after_its_slow_episode() {
     let after: u64 = seconds[52..].iter().map(|s| s.replicas[10]).sum();
     assert!(after > 50, "only {after} queries after the episode");
 }
+
+/// Every shipped scenario, the held-out ones included, loads and compiles; each held-out one
+/// also runs, scaled down, with a result for every contender.
+#[test]
+fn every_shipped_scenario_loads_and_the_held_out_ones_run() {
+    let mut held_out = 0;
+    for dir in [scenario(""), scenario("held-out")] {
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+            .collect();
+        paths.sort();
+        assert!(!paths.is_empty(), "no scenarios in {}", dir.display());
+        for path in paths {
+            if let Err(e) = Scenario::load(&path) {
+                panic!("{}: {e}", path.display());
+            }
+            if dir.ends_with("held-out") {
+                held_out += 1;
+                let compiled = Scenario::load_adjusted(&path, |s| s.scale_time(0.05)).unwrap();
+                let report = run(&compiled);
+                assert_eq!(
+                    report.runs.len(),
+                    compiled.scenario.contenders.len(),
+                    "{}",
+                    path.display()
+                );
+                assert!(
+                    report
+                        .runs
+                        .iter()
+                        .all(|r| r.output.measured.summary.queries > 0),
+                    "{}: a contender served no query",
+                    path.display()
+                );
+            }
+        }
+    }
+    assert_eq!(
+        held_out, 8,
+        "scenarios/held-out should hold the eight held-out scenarios"
+    );
+}
