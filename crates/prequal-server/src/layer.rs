@@ -291,7 +291,11 @@ fn track_response<B: Body>(
 ) -> Response<ProbeBody<B>> {
     let (mut parts, body) = response.into_parts();
     if piggyback {
-        let line = protocol::encode_reply(&guard.tracker.report());
+        // The load as it will be once this response ends: without the query it rides on, which
+        // is still counted until its body ends (docs/probe-protocol.md, "Piggybacking").
+        let mut report = guard.tracker.report();
+        report.rif = report.rif.saturating_sub(1);
+        let line = protocol::encode_reply(&report);
         if let Ok(value) = HeaderValue::from_str(&line) {
             parts.headers.insert(LOAD_HEADER, value);
         }

@@ -96,6 +96,7 @@ impl Config {
             remove_rate: self.remove_rate,
             // The paper's pool: this rule is a baseline from its comparison.
             completions_lower_rif: false,
+            reports_refresh_pool: false,
             max_idle: self.max_idle,
             probe_timeout: self.probe_timeout,
             aversion: Aversion {

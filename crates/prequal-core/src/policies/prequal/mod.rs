@@ -101,7 +101,8 @@ pub type Prequal = AsyncProbing<Hcl>;
 
 /// `prequal` parameters. Every key is optional; defaults are those of the paper's testbed,
 /// except `latency_band` and `max_cold_slowdown` (the paper's rule is 0 for both),
-/// `completions_lower_rif` and `own_queries_raise_latency` (both false in the paper).
+/// `completions_lower_rif`, `reports_refresh_pool` and `own_queries_raise_latency` (all false
+/// in the paper).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -126,6 +127,9 @@ pub struct Config {
     /// A finished query of this client lowers its replica's reply RIF by one, default true
     /// (the paper's pool: false).
     pub completions_lower_rif: bool,
+    /// A piggybacked load report refreshes its replica's reply in the pool, default true (the
+    /// paper's pool holds probe replies alone: false).
+    pub reports_refresh_pool: bool,
     /// A reply's latency grows with this client's unfinished queries sent on it, default true
     /// (the paper's rule: false).
     pub own_queries_raise_latency: bool,
@@ -157,6 +161,7 @@ impl Default for Config {
             q_rif: params::Q_RIF,
             latency_band: params::LATENCY_BAND,
             completions_lower_rif: params::COMPLETIONS_LOWER_RIF,
+            reports_refresh_pool: params::REPORTS_REFRESH_POOL,
             own_queries_raise_latency: params::OWN_QUERIES_RAISE_LATENCY,
             max_cold_slowdown: params::MAX_COLD_SLOWDOWN,
             max_idle: params::MAX_IDLE,
@@ -188,6 +193,7 @@ impl Config {
             delta: self.delta,
             remove_rate: self.remove_rate,
             completions_lower_rif: self.completions_lower_rif,
+            reports_refresh_pool: self.reports_refresh_pool,
             max_idle: self.max_idle,
             probe_timeout: self.probe_timeout,
             aversion: Aversion {
@@ -215,6 +221,7 @@ impl BuildPolicy for Config {
             params::Q_RIF_DOC,
             params::LATENCY_BAND_DOC,
             params::COMPLETIONS_LOWER_RIF_DOC,
+            params::REPORTS_REFRESH_POOL_DOC,
             params::OWN_QUERIES_RAISE_LATENCY_DOC,
             params::MAX_COLD_SLOWDOWN_DOC,
             params::MAX_IDLE_DOC,

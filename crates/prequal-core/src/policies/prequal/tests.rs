@@ -211,6 +211,45 @@ fn finished_queries_lower_their_replica_reply_unless_the_paper_pool_is_asked_for
 }
 
 #[test]
+fn a_piggybacked_report_refreshes_the_pool_unless_the_paper_pool_is_asked_for() {
+    // Replica 0 reports RIF 1 and replica 1 RIF 3, same latency: replica 0 is chosen. Its
+    // response then carries RIF 6 (others' queries arrived meanwhile): by default that report
+    // takes its reply's place and the next query goes to replica 1; in the paper's pool, which
+    // holds probe replies alone, replica 0's reply still says RIF 1 (2 with the use, 1 again
+    // once the query finished). A report from a replica with no reply held adds none.
+    let next_pick = |reports_refresh_pool: bool| {
+        let config = Config {
+            q_rif: 1.0,
+            remove_rate: 0.0,
+            own_queries_raise_latency: false,
+            reports_refresh_pool,
+            ..Config::default()
+        };
+        let mut p = policy(&config, 3);
+        let mut rng = rng(3);
+        let at = Time::from_millis(10);
+        p.on_probe_reply(&probe(0), &report(1, 10), at, &mut rng);
+        p.on_probe_reply(&probe(1), &report(3, 10), at, &mut rng);
+        assert_eq!(pick_id(&mut p, 1, at, &mut rng), ReplicaId(0));
+        p.on_dispatch(ReplicaId(0), QueryId(1), at);
+        let done = Time::from_millis(20);
+        let finished = Completion {
+            query: QueryId(1),
+            latency: Duration::from_millis(10),
+            outcome: Outcome::Success,
+        };
+        p.on_complete(ReplicaId(0), &finished, done);
+        p.on_load_report(ReplicaId(0), &report(6, 10), done);
+        p.on_load_report(ReplicaId(2), &report(0, 1), done);
+        assert_eq!(p.snapshot(done).pool.len(), 2, "replica 2 was never probed");
+        pick_id(&mut p, 2, done, &mut rng)
+    };
+    assert_eq!(next_pick(true), ReplicaId(1));
+    assert_eq!(next_pick(false), ReplicaId(0));
+    assert!(Config::default().reports_refresh_pool);
+}
+
+#[test]
 fn own_queries_raise_a_reply_latency_unless_the_paper_rule_is_asked_for() {
     // Replica 0 reports 10 ms at RIF 1, replica 1 14 ms at RIF 1 (latency alone decides). The
     // first query goes to replica 0; by default its reply now ranks at 10 × 3/2 = 15 ms, so

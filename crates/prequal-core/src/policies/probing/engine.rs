@@ -145,8 +145,9 @@ pub trait Rule: fmt::Debug + Send + 'static {
     fn on_reply(&mut self, replica: ReplicaId, report: &LoadReport, now: Time);
 
     /// A replica reported its load unasked, piggybacked on a response. Such reports come only
-    /// from replicas this client chose, a biased sample, so they never enter the pool and by
-    /// default are ignored.
+    /// from replicas this client chose, a biased sample, so they never add a replica to the
+    /// pool (with `reports_refresh_pool` the engine lets one refresh the reply held from its
+    /// replica) and by default the rule ignores them.
     fn on_load_report(&mut self, _replica: ReplicaId, _report: &LoadReport, _now: Time) {}
 
     /// A query sent to `replica` finished.
@@ -513,6 +514,9 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         self.pool.expire(now);
         if self.replicas.contains(replica) {
             self.rule.on_load_report(replica, report, now);
+            if self.params.reports_refresh_pool {
+                self.pool.refresh(replica, report.rif, report.latency, now);
+            }
         }
     }
 

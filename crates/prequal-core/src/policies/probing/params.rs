@@ -30,6 +30,8 @@ pub const LATENCY_BAND: f64 = 1.5;
 /// Default for whether a finished query lowers its replica's pooled reply RIF: on, our
 /// addition (off is the paper's pool, where only a use changes a reply; docs/policies.md).
 pub const COMPLETIONS_LOWER_RIF: bool = true;
+/// Default: a piggybacked load report refreshes its replica's reply in the pool.
+pub const REPORTS_REFRESH_POOL: bool = true;
 /// Default for whether a pooled reply's latency grows with this client's unfinished queries
 /// sent on it: on, our addition (off is the paper's rule; docs/policies.md).
 pub const OWN_QUERIES_RAISE_LATENCY: bool = true;
@@ -109,6 +111,16 @@ pub const COMPLETIONS_LOWER_RIF_DOC: ParamDoc = ParamDoc {
           as a use adds one (if the query was in flight when the reply came, or went on it); \
           false is the paper's pool, where replies only rise",
 };
+/// `reports_refresh_pool`.
+pub const REPORTS_REFRESH_POOL_DOC: ParamDoc = ParamDoc {
+    key: "reports_refresh_pool",
+    default: "true",
+    doc: "a load report piggybacked on a response from a replica whose reply is in the pool \
+          takes that reply's place (fresh RIF and latency, the reply's budget again), so the \
+          replicas in use stay current with fewer probes; it never adds a replica to the pool \
+          (those reports come only from replicas this client chose); false ignores them, as \
+          the paper's pool holds probe replies alone",
+};
 /// `own_queries_raise_latency`.
 pub const OWN_QUERIES_RAISE_LATENCY_DOC: ParamDoc = ParamDoc {
     key: "own_queries_raise_latency",
@@ -169,6 +181,9 @@ pub struct ProbingParams {
     /// Whether a finished query of this client lowers its replica's reply RIF by one
     /// ([`Pool::on_finished`](super::pool::Pool::on_finished)).
     pub completions_lower_rif: bool,
+    /// Whether a piggybacked load report from a replica whose reply is held replaces that
+    /// reply ([`Pool::refresh`](super::pool::Pool::refresh)).
+    pub reports_refresh_pool: bool,
     /// Longest time without probing before an idle probe is sent.
     pub max_idle: Duration,
     /// How long a probe may take before the driver reports it failed.

@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::replica::ReplicaId;
-use crate::time::{Time, scale_with_rif};
+use crate::time::{Time, duration_nanos, scale_with_rif};
 
 /// One probe reply held in the pool.
 #[derive(Clone, Debug, PartialEq)]
@@ -150,6 +150,37 @@ impl Pool {
             }
         }
         self.entries.iter().position(|e| e.replica == replica)
+    }
+
+    /// A load report from `replica`, received at `now` unasked (piggybacked on a response),
+    /// takes the place of the reply held from it, if one is and it is not newer: the report's
+    /// RIF and latency, received now, no uses yet, and the held reply's budget again. A replica
+    /// whose reply is not held is left out (such reports come only from replicas this client
+    /// chose, not from a random sample). The report counts the replica's load without the query
+    /// that carried it, which has finished by now, so every query of this client still out to
+    /// the replica was in flight when it was made: [`Pool::on_finished`] takes each off as
+    /// it ends. Returns whether a reply was refreshed.
+    pub fn refresh(&mut self, replica: ReplicaId, rif: u32, latency: Duration, now: Time) -> bool {
+        let Some(index) = self.position(replica) else {
+            return false;
+        };
+        let held = &self.entries[index];
+        if held.received > now {
+            return false;
+        }
+        let (budget, slot) = (held.budget, held.slot);
+        self.insert(Entry {
+            replica,
+            received: now,
+            rif,
+            latency,
+            latency_ns: duration_nanos(latency),
+            uses: 0,
+            settled: 0,
+            budget,
+            slot,
+        });
+        true
     }
 
     /// Removes the oldest reply.
@@ -329,6 +360,34 @@ mod tests {
         assert_eq!(rif(&pool), Some(0));
         pool.on_finished(ReplicaId(2), Time::from_millis(1));
         assert_eq!(pool.len(), 1);
+    }
+
+    #[test]
+    fn a_piggybacked_report_refreshes_only_a_held_reply_and_keeps_its_budget() {
+        let mut pool = Pool::new(4, Duration::from_secs(1));
+        pool.insert(entry(1, 10, 3));
+        pool.insert(entry(2, 20, 5));
+        pool.use_entry(0);
+        pool.use_entry(0);
+        let ms = Duration::from_millis;
+        // Replica 3 has no reply held: its report is left out.
+        assert!(!pool.refresh(ReplicaId(3), 0, ms(1), Time::from_millis(30)));
+        assert_eq!(pool.len(), 2);
+        // Replica 1's reply (used twice, RIF 3) takes the report's place, now the newest.
+        assert!(pool.refresh(ReplicaId(1), 7, ms(9), Time::from_millis(30)));
+        assert_eq!(pool.len(), 2);
+        let fresh = pool.get(1).unwrap();
+        assert_eq!(fresh.replica, ReplicaId(1));
+        assert_eq!((fresh.rif, fresh.latency_ns), (7, 9_000_000));
+        assert_eq!(fresh.received, Time::from_millis(30));
+        assert_eq!((fresh.uses, fresh.settled, fresh.budget), (0, 0, 3));
+        assert_eq!(pool.get(0).unwrap().replica, ReplicaId(2));
+        // A query of this client sent before the report finishes: it was in the report's RIF.
+        pool.on_finished(ReplicaId(1), Time::from_millis(25));
+        assert_eq!(pool.get(1).unwrap().rif, 6);
+        // A report older than the reply held changes nothing.
+        assert!(!pool.refresh(ReplicaId(2), 0, ms(1), Time::from_millis(15)));
+        assert_eq!(pool.get(0).unwrap().rif, 1);
     }
 
     #[test]
