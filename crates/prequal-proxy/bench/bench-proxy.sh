@@ -19,7 +19,9 @@
 # Needs wrk, haproxy and curl (`apt-get install -y wrk haproxy curl`; for the benchmark only,
 # never for the tests). Usage: crates/prequal-proxy/bench/bench-proxy.sh   (env: DURATION=15
 # CONNS=32 RUNS=3 POLICIES="prequal round-robin" WORKERS=0 (proxy data-plane threads, 0 = one
-# per core))
+# per core) PIGGYBACK=1 (the backends put their load on every response, as `prequal sidecar
+# --piggyback` does)). A policy in POLICIES is a name or a TOML inline table without spaces:
+# POLICIES='prequal {name="prequal",probe_rate=2}'.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 
@@ -169,7 +171,8 @@ header() {
 
 HAPROXY_NAME="haproxy $(haproxy -v | awk 'NR==1 {print $3}')"
 echo "wrk paced ~1000 rps (10 conns x 10 ms think time) and flat out ($CONNS conns), ${DURATION}s each;"
-echo "$(nproc) cores; proxy data-plane threads: ${WORKERS:-0} (0 = one per core); $RUNS runs"
+echo "$(nproc) cores; proxy data-plane threads: ${WORKERS:-0} (0 = one per core); $RUNS runs; \
+backends piggyback their load: $([ "${PIGGYBACK:-0}" = 1 ] && echo yes || echo no)"
 for run in $(seq "$RUNS"); do
     echo
     echo "run $run"

@@ -3,6 +3,9 @@
 //!
 //! `cargo run --release -p prequal-proxy --example zero_config -- LISTEN POLICY UPSTREAM...`
 //!
+//! POLICY is a policy name, or a TOML inline table with its settings, as a scenario's
+//! contenders are written: `'{ name = "prequal", probe_rate = 2 }'`.
+//!
 //! Stops, draining, on SIGINT or SIGTERM.
 
 use std::process::ExitCode;
@@ -33,13 +36,35 @@ async fn run() -> ExitCode {
         eprintln!("LISTEN must be host:port, got {listen:?}");
         return ExitCode::FAILURE;
     };
-    let mut config = match ProxyConfig::zero_config(listen, upstreams.to_vec(), policy) {
+    let inline = policy.trim_start().starts_with('{');
+    let name = if inline { "round-robin" } else { policy.as_str() };
+    let mut config = match ProxyConfig::zero_config(listen, upstreams.to_vec(), name) {
         Ok(config) => config,
         Err(error) => {
             eprintln!("{error}");
             return ExitCode::FAILURE;
         }
     };
+    if inline {
+        #[derive(serde::Deserialize)]
+        struct Inline {
+            policy: prequal_core::PolicyConfig,
+        }
+        let parsed = toml::from_str::<Inline>(&format!("policy = {policy}"))
+            .map_err(|e| e.to_string())
+            .and_then(|p| p.policy.validate().map(|()| p.policy).map_err(|e| e.to_string()));
+        match parsed {
+            Ok(parsed) => {
+                for cluster in config.clusters.values_mut() {
+                    cluster.policy = parsed.clone();
+                }
+            }
+            Err(error) => {
+                eprintln!("POLICY {policy}: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     // PREQUAL_ADMIN=host:port turns the admin listener on (the benchmark reads /metrics).
     match std::env::var("PREQUAL_ADMIN").ok().map(|a| a.parse()) {
         Some(Ok(addr)) => config.admin.listen = addr,
