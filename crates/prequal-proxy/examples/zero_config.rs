@@ -37,7 +37,11 @@ async fn run() -> ExitCode {
         return ExitCode::FAILURE;
     };
     let inline = policy.trim_start().starts_with('{');
-    let name = if inline { "round-robin" } else { policy.as_str() };
+    let name = if inline {
+        "round-robin"
+    } else {
+        policy.as_str()
+    };
     let mut config = match ProxyConfig::zero_config(listen, upstreams.to_vec(), name) {
         Ok(config) => config,
         Err(error) => {
@@ -52,7 +56,12 @@ async fn run() -> ExitCode {
         }
         let parsed = toml::from_str::<Inline>(&format!("policy = {policy}"))
             .map_err(|e| e.to_string())
-            .and_then(|p| p.policy.validate().map(|()| p.policy).map_err(|e| e.to_string()));
+            .and_then(|p| {
+                p.policy
+                    .validate()
+                    .map(|()| p.policy)
+                    .map_err(|e| e.to_string())
+            });
         match parsed {
             Ok(parsed) => {
                 for cluster in config.clusters.values_mut() {
