@@ -394,6 +394,10 @@ fn run_one(
         .arg("--duration")
         .arg(format!("{}ms", lifetime.as_millis()))
         .env("RUST_LOG", "warn");
+    if compiled.scenario.clients.piggyback_reports {
+        // Every response carries its replica's load, as in the simulator.
+        cmd.arg("--piggyback");
+    }
     let mut backend = Child::spawn("prequal backend", cmd, &dir.join("backend.log"))?;
     on_event(Event::Started {
         what: "replicas (prequal backend)",
