@@ -384,13 +384,15 @@ async fn one_try(
     step
 }
 
-/// Turns the replica's response into the client's: hop-by-hop headers out, body tracked so
-/// the policy hears when it ends (a success once it has been read to its end; cancelled if the
+/// Turns the replica's response into the client's: hop-by-hop headers out, and the replica's
+/// piggybacked load (it describes the replica to the balancer that chose it, so a client, or a
+/// balancer in front of this proxy, must not read it as this proxy's), body tracked so the
+/// policy hears when it ends (a success once it has been read to its end; cancelled if the
 /// client leaves before); a 5xx is a failed step (which the caller may retry).
-fn relay(response: Response<UpstreamBody>, mut guard: TryGuard) -> Step {
+fn relay(mut response: Response<UpstreamBody>, mut guard: TryGuard) -> Step {
     guard.report = response
-        .headers()
-        .get(LOAD_HEADER)
+        .headers_mut()
+        .remove(LOAD_HEADER)
         .and_then(|v| parse_reply(v.as_bytes()).ok());
     guard.answered = Some(guard.start.elapsed());
     let outcome = head_outcome(response.status(), response.headers());

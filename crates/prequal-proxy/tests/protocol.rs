@@ -121,6 +121,40 @@ over_h1_and_h2!(
     forwarding_headers
 );
 
+/// A replica's piggybacked load is for the balancer that chose it: the proxy reads it and
+/// keeps it from the client.
+async fn piggybacked_load(proto: Proto) {
+    let backend = Backend::start().await;
+    let proxy = start_proxy(&config_text(&[&backend], proto, "\"prequal\"", "")).await;
+    let direct = client(proto)
+        .request(
+            http::Request::get(format!("http://{}/piggyback", backend.addr))
+                .body(http_body_util::Full::new(bytes::Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        direct.headers().contains_key("prequal-load"),
+        "the backend piggybacks"
+    );
+    let response = client(proto)
+        .request(
+            http::Request::get(format!("http://{}/piggyback", proxy.addr))
+                .body(http_body_util::Full::new(bytes::Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(
+        !response.headers().contains_key("prequal-load"),
+        "{:?}",
+        response.headers()
+    );
+}
+over_h1_and_h2!(piggybacked_load_stays_with_the_proxy, piggybacked_load);
+
 async fn body_limit(proto: Proto) {
     let backend = Backend::start().await;
     let text = config_text(&[&backend], proto, "\"round-robin\"", "").replace(

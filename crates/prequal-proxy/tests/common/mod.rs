@@ -229,13 +229,26 @@ impl BackendState {
             return Ok(response);
         }
         self.hits.fetch_add(1, Ordering::SeqCst);
-        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let piggyback = req.uri().path() == "/piggyback";
+        let others = self.in_flight.fetch_add(1, Ordering::SeqCst);
         let _ = req.into_body().collect().await;
         tokio::time::sleep(delay).await;
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
         let status = StatusCode::from_u16(self.status.load(Ordering::SeqCst)).unwrap();
         let mut response = Response::new(TestBody::text("ok"));
         *response.status_mut() = status;
+        if piggyback {
+            // The load without this request, as a piggybacking replica reports it.
+            let report = LoadReport {
+                rif: others,
+                latency: delay,
+                ..LoadReport::default()
+            };
+            response.headers_mut().insert(
+                prequal_http::protocol::LOAD_HEADER,
+                HeaderValue::from_str(&encode_reply(&report)).unwrap(),
+            );
+        }
         Ok(response)
     }
 }
