@@ -415,7 +415,10 @@ impl Balancer {
         }
     }
 
-    /// A replica reported its load without being probed (piggybacked on a response).
+    /// A replica reported its load without being probed, apart from any query. A report
+    /// piggybacked on a query's response belongs with that query's end instead
+    /// ([`Balancer::on_complete`]'s `report`): it leaves the query out, and the policy takes the
+    /// query's one off when it hears of the end, so the end must come first.
     pub fn on_load_report(&mut self, replica: ReplicaId, report: &LoadReport, now: Time) {
         self.policy.on_load_report(replica, report, now);
     }

@@ -217,8 +217,9 @@ pub struct ClientsSpec {
     /// A query not answered within this time fails as a timeout (default: none).
     #[serde(default, with = "humantime_serde")]
     pub deadline: Option<Duration>,
-    /// Every response carries the replica's load report, handed to the policy through
-    /// `on_load_report` before `on_complete` (default false: reports come only from probes).
+    /// Every response carries the replica's load report (its RIF without the query answered),
+    /// handed to the policy through `on_load_report` right after that query's `on_complete`
+    /// (default false: reports come only from probes).
     #[serde(default)]
     pub piggyback_reports: bool,
     /// `[clients.hedge]`: every client hedges its queries with this config (prequal-core's

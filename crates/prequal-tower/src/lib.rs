@@ -95,7 +95,7 @@
 //!   hears its latency and outcome (5xx, endpoint errors and gRPC fault statuses are errors,
 //!   which Prequal's error aversion counts). A response future or body dropped early counts as
 //!   cancelled, so RIF never leaks. A `prequal-load` header on a response is fed to the policy
-//!   as a free load report. See [`response`].
+//!   as a free load report when the query ends, right after its end. See [`response`].
 //! - **Membership.** Inserts and removals from discovery reach the policy as they come, while
 //!   requests flow; an endpoint whose `poll_ready` fails is dropped until discovery inserts it
 //!   again.

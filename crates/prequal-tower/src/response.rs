@@ -17,7 +17,9 @@
 //!
 //! A response that carries the replica's load in the `prequal-load` header (a replica behind
 //! `ProbeLayer::piggyback(true)` or `prequal sidecar --piggyback`) feeds it to the policy as a
-//! free load report; a malformed header is ignored.
+//! free load report when the query ends, right after the end (the report leaves the query
+//! out, and the policy takes the query's one off when it hears of the end); a malformed header
+//! is ignored.
 
 use std::fmt;
 use std::future::Future;
@@ -106,13 +108,13 @@ where
 
 /// Reads a piggybacked load, then wraps the body so that the query ends with it (at once, if
 /// it is already at its end), judged from the head first.
-fn track<B: Body>(response: Response<B>, in_flight: InFlight) -> Response<ResponseBody<B>> {
+fn track<B: Body>(response: Response<B>, mut in_flight: InFlight) -> Response<ResponseBody<B>> {
     if let Some(report) = response
         .headers()
         .get(LOAD_HEADER)
         .and_then(|value| parse_reply(value.as_bytes()).ok())
     {
-        in_flight.load_report(&report);
+        in_flight.load_report(report);
     }
     prequal_http::track(response, in_flight).map(|body| ResponseBody { body })
 }

@@ -22,6 +22,8 @@ pub(crate) struct InFlight {
     replica: ReplicaId,
     query: QueryId,
     dispatched: Instant,
+    /// The load the replica piggybacked on the response, handed to the policy with the end.
+    report: Option<LoadReport>,
     ended: bool,
 }
 
@@ -34,13 +36,16 @@ impl InFlight {
             replica,
             query,
             dispatched: Instant::now(),
+            report: None,
             ended: false,
         }
     }
 
-    /// The replica reported its load on the response (piggybacked).
-    pub(crate) fn load_report(&self, report: &LoadReport) {
-        self.driver.load_report(self.replica, report);
+    /// The replica reported its load on the response (piggybacked): the policy hears it when
+    /// the query ends, after the end itself, as from the proxy (the report leaves the query
+    /// out, and the policy takes the query's one off its reply when it hears of the end).
+    pub(crate) fn load_report(&mut self, report: LoadReport) {
+        self.report = Some(report);
     }
 
     /// The query ended with `outcome`; later calls (and the drop) do nothing.
@@ -54,7 +59,8 @@ impl InFlight {
             latency: self.dispatched.elapsed(),
             outcome,
         };
-        self.driver.complete(self.replica, &completion);
+        self.driver
+            .complete(self.replica, &completion, self.report.take().as_ref());
     }
 }
 

@@ -284,3 +284,48 @@ fn a_loser_counts_against_its_replica_only_past_twice_its_usual_time() {
     let fresh = balancer("round-robin", &config, 1);
     assert_eq!(fresh.loser_outcome(fast, ms(60)), Outcome::Timeout);
 }
+
+/// A load report piggybacked on a query's response goes with that query's end: the policy
+/// hears the end first, so Prequal's refreshed reply carries the report's RIF exactly (the
+/// report leaves the finished query out already).
+#[test]
+fn a_piggybacked_report_reaches_the_policy_after_its_query_ends() {
+    let config = BalancerConfig {
+        outlier_ejection: false,
+        ..BalancerConfig::default()
+    };
+    // No removal per query, so the chosen reply stays in the pool.
+    let policy = PolicyConfig::Prequal(crate::policies::prequal::Config {
+        remove_rate: 0.0,
+        ..Default::default()
+    });
+    let mut b = Balancer::new(policy.build().unwrap(), &config).unwrap();
+    b.set_replicas(&ids(2), Time::ZERO);
+    let mut r = rng(5);
+    let at = Time::from_millis(10);
+    for replica in [0, 1] {
+        let probe = ProbeRequest {
+            id: crate::ProbeId(replica.into()),
+            replica: ReplicaId(replica),
+            query: None,
+            hint: None,
+        };
+        let report = LoadReport {
+            rif: 1 + replica,
+            latency: Duration::from_millis(10),
+            ..LoadReport::default()
+        };
+        b.on_probe_reply(&probe, &report, at, &mut r);
+    }
+    let chosen = try_once(&mut b, 1, at, &mut r);
+    let end = Time::from_millis(20);
+    let report = LoadReport {
+        rif: 5,
+        latency: Duration::from_millis(10),
+        ..LoadReport::default()
+    };
+    let _ = b.on_complete(chosen, &done(1, Outcome::Success), Some(&report), end);
+    let pool = b.snapshot(end).pool;
+    let refreshed = pool.iter().find(|e| e.replica == chosen).unwrap();
+    assert_eq!(refreshed.rif, 5, "{pool:?}");
+}

@@ -86,24 +86,21 @@ impl Driver {
         self.after_event(state, now);
     }
 
-    /// A query sent to `replica` ended.
-    pub(crate) fn complete(self: &Arc<Self>, replica: ReplicaId, completion: &Completion) {
+    /// A query sent to `replica` ended, with the load the replica piggybacked on its response.
+    pub(crate) fn complete(
+        self: &Arc<Self>,
+        replica: ReplicaId,
+        completion: &Completion,
+        report: Option<&LoadReport>,
+    ) {
         let now = self.now();
         let mut state = self.lock();
-        let ejection = state.balancer.on_complete(replica, completion, None, now);
+        let ejection = state.balancer.on_complete(replica, completion, report, now);
         tracing::trace!(%replica, query = completion.query.0, outcome = ?completion.outcome,
             latency_us = completion.latency.as_micros() as u64, "query ended");
         if let Some(ejection) = ejection {
             tracing::debug!(%replica, reason = %ejection.reason, ?ejection.duration, "replica ejected");
         }
-        self.after_event(state, now);
-    }
-
-    /// `replica` reported its load on a response (piggybacked).
-    pub(crate) fn load_report(self: &Arc<Self>, replica: ReplicaId, report: &LoadReport) {
-        let now = self.now();
-        let mut state = self.lock();
-        state.balancer.on_load_report(replica, report, now);
         self.after_event(state, now);
     }
 

@@ -60,15 +60,16 @@ impl Sim<'_> {
         let now = self.now;
         let client = &mut self.clients[c as usize];
         let replica = ReplicaId(slot.replica);
-        if let Some(report) = &slot.report {
-            client.balancer.on_load_report(replica, report, now);
-        }
         let completion = Completion {
             query: QueryId(query),
             latency: now.saturating_since(sent),
             outcome,
         };
-        let ejected = client.balancer.on_complete(replica, &completion, None, now);
+        // The piggybacked report, if the response carried one, goes with the completion: the
+        // balancer hands it to the policy after the query has ended, as the proxy does.
+        let ejected = client
+            .balancer
+            .on_complete(replica, &completion, slot.report.as_ref(), now);
         client.counts.ejections += u64::from(ejected.is_some());
     }
 
