@@ -126,26 +126,18 @@ over_h1_and_h2!(
 async fn piggybacked_load(proto: Proto) {
     let backend = Backend::start().await;
     let proxy = start_proxy(&config_text(&[&backend], proto, "\"prequal\"", "")).await;
-    let direct = client(proto)
-        .request(
-            http::Request::get(format!("http://{}/piggyback", backend.addr))
-                .body(http_body_util::Full::new(bytes::Bytes::new()))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let fetch = |addr: std::net::SocketAddr| {
+        let request = http::Request::get(format!("http://{addr}/piggyback"))
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        client(proto).request(request)
+    };
+    let direct = fetch(backend.addr).await.unwrap();
     assert!(
         direct.headers().contains_key("prequal-load"),
         "the backend piggybacks"
     );
-    let response = client(proto)
-        .request(
-            http::Request::get(format!("http://{}/piggyback", proxy.addr))
-                .body(http_body_util::Full::new(bytes::Bytes::new()))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let response = fetch(proxy.addr).await.unwrap();
     assert_eq!(response.status(), 200);
     assert!(
         !response.headers().contains_key("prequal-load"),

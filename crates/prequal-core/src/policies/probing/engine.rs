@@ -497,17 +497,8 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         self.replicas.at_mut(slot).on_probe_reply();
         self.rule.on_reply(probe.replica, report, now);
         let budget = self.budget.sample(rng).max(1);
-        self.pool.insert(Entry {
-            replica: probe.replica,
-            received: now,
-            rif: report.rif,
-            latency: report.latency,
-            latency_ns: duration_nanos(report.latency),
-            uses: 0,
-            settled: 0,
-            budget,
-            slot,
-        });
+        self.pool
+            .insert(Entry::new(probe.replica, now, report, budget, slot));
     }
 
     fn on_load_report(&mut self, replica: ReplicaId, report: &LoadReport, now: Time) {
@@ -515,7 +506,7 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         if self.replicas.contains(replica) {
             self.rule.on_load_report(replica, report, now);
             if self.params.reports_refresh_pool {
-                self.pool.refresh(replica, report.rif, report.latency, now);
+                self.pool.refresh(replica, report, now);
             }
         }
     }

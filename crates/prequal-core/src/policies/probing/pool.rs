@@ -17,6 +17,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use crate::policy::LoadReport;
 use crate::replica::ReplicaId;
 use crate::time::{Time, duration_nanos, scale_with_rif};
 
@@ -47,6 +48,28 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// A reply from `replica` received at `received`, not used yet, with `budget` uses (the
+    /// pool raises a zero budget to one) and the replica's position `slot` in the policy's set.
+    pub(crate) fn new(
+        replica: ReplicaId,
+        received: Time,
+        report: &LoadReport,
+        budget: u32,
+        slot: usize,
+    ) -> Self {
+        Entry {
+            replica,
+            received,
+            rif: report.rif,
+            latency: report.latency,
+            latency_ns: duration_nanos(report.latency),
+            uses: 0,
+            settled: 0,
+            budget,
+            slot,
+        }
+    }
+
     /// The reply's age at `now`.
     pub fn age(&self, now: Time) -> Duration {
         now.saturating_since(self.received)
@@ -160,7 +183,7 @@ impl Pool {
     /// that carried it, which has finished by now, so every query of this client still out to
     /// the replica was in flight when it was made: [`Pool::on_finished`] takes each off as
     /// it ends. Returns whether a reply was refreshed.
-    pub fn refresh(&mut self, replica: ReplicaId, rif: u32, latency: Duration, now: Time) -> bool {
+    pub fn refresh(&mut self, replica: ReplicaId, report: &LoadReport, now: Time) -> bool {
         let Some(index) = self.position(replica) else {
             return false;
         };
@@ -169,17 +192,7 @@ impl Pool {
             return false;
         }
         let (budget, slot) = (held.budget, held.slot);
-        self.insert(Entry {
-            replica,
-            received: now,
-            rif,
-            latency,
-            latency_ns: duration_nanos(latency),
-            uses: 0,
-            settled: 0,
-            budget,
-            slot,
-        });
+        self.insert(Entry::new(replica, now, report, budget, slot));
         true
     }
 
@@ -369,12 +382,16 @@ mod tests {
         pool.insert(entry(2, 20, 5));
         pool.use_entry(0);
         pool.use_entry(0);
-        let ms = Duration::from_millis;
+        let report = |rif, ms| LoadReport {
+            rif,
+            latency: Duration::from_millis(ms),
+            ..LoadReport::default()
+        };
         // Replica 3 has no reply held: its report is left out.
-        assert!(!pool.refresh(ReplicaId(3), 0, ms(1), Time::from_millis(30)));
+        assert!(!pool.refresh(ReplicaId(3), &report(0, 1), Time::from_millis(30)));
         assert_eq!(pool.len(), 2);
         // Replica 1's reply (used twice, RIF 3) takes the report's place, now the newest.
-        assert!(pool.refresh(ReplicaId(1), 7, ms(9), Time::from_millis(30)));
+        assert!(pool.refresh(ReplicaId(1), &report(7, 9), Time::from_millis(30)));
         assert_eq!(pool.len(), 2);
         let fresh = pool.get(1).unwrap();
         assert_eq!(fresh.replica, ReplicaId(1));
@@ -386,7 +403,7 @@ mod tests {
         pool.on_finished(ReplicaId(1), Time::from_millis(25));
         assert_eq!(pool.get(1).unwrap().rif, 6);
         // A report older than the reply held changes nothing.
-        assert!(!pool.refresh(ReplicaId(2), 0, ms(1), Time::from_millis(15)));
+        assert!(!pool.refresh(ReplicaId(2), &report(0, 1), Time::from_millis(15)));
         assert_eq!(pool.get(0).unwrap().rif, 1);
     }
 
