@@ -294,6 +294,42 @@ steps = [{ duration = "4s", level = 400.0 }]
         );
     }
 
+    /// A response leaves its replica when the query finishes, whatever else is queued: with
+    /// sparse traffic (one query every 50 ms) and idle workers, every query takes exactly its
+    /// service time and the two network trips. (The event queue once held an event scheduled
+    /// by a replica's completion back to the next event already queued, here the next arrival,
+    /// and at the end of a run the drain's deadline, seconds later.)
+    #[test]
+    fn sparse_queries_take_their_service_time_and_nothing_more() {
+        let text = r#"
+contenders = ["least-loaded", "round-robin"]
+latency_objective = "100ms"
+[servers]
+count = 2
+[servers.thread_pool]
+workers = 4
+service = { kind = "constant", value = "10ms" }
+[clients]
+count = 1
+arrivals = "constant"
+deadline = "5s"
+[network]
+delay = { kind = "constant", value = "100us" }
+[load]
+steps = [{ duration = "2s", level = 20.0 }]
+"#;
+        for run in run_text(text).runs {
+            let s = &run.output.measured.summary;
+            assert!(s.queries >= 39, "{}: {s:?}", run.label);
+            assert!(
+                s.latency_ms.p50 >= 10.1 && s.latency_ms.max < 10.3,
+                "{}: {:?}",
+                run.label,
+                s.latency_ms
+            );
+        }
+    }
+
     #[test]
     fn retries_turn_errors_into_successes_within_the_budget() {
         // Round robin sends the sinkhole a quarter of the queries; each failed try is retried
