@@ -9,10 +9,10 @@
 //! exact: `q_rif = 1` calls nothing hot (latency-only control) and `q_rif = 0` calls everything
 //! hot (RIF-only control). Prequal paper, section 4, "Replica selection".
 //!
-//! Our addition, the **latency band** (`latency_band`, default 1.5; 0 is the paper's rule):
+//! Our addition, the **latency band** (`latency_band`, default 2.5; 0 is the paper's rule):
 //! cold replies whose latency is within `1 + band` times the lowest cold latency in the pool
-//! count as equally fast, and among them the lowest RIF wins (ties to the lower latency); cold
-//! replies beyond the band still rank by latency after them. The band is `latency_band` scaled
+//! rank first, by expected delay (below) or, with `band_ranks_by_delay = false`, by RIF (ties
+//! to the lower latency); cold replies beyond the band still rank by latency after them. The band is `latency_band` scaled
 //! by the share of the replicas the pool can hold (`min(1, m / n)`): full when every pick sees
 //! (nearly) the whole cluster, as in small clusters, a sixth of it with the paper's 16-reply
 //! pool over 100 replicas. Why: when every client sees every replica, the cold pick sends each
@@ -22,6 +22,16 @@
 //! comparable latencies the lower RIF is the better guess. With a pool that samples a large
 //! cluster the picks are spread already and the latency differences carry more information.
 //! docs/policies.md has the evidence.
+//!
+//! Inside the band, by default (`band_ranks_by_delay`), replies rank by their *expected delay*:
+//! this client's recent latency from the replica (an exponentially weighted mean of its
+//! successful queries there, [`OBSERVED_WEIGHT`]) × (RIF + 1), the score of Traefik's
+//! `leasttime` with the probed RIF in place of the client's own count; a replica this client
+//! has no answer from yet stands in with the reply's latency. Both signals are needed: the RIF
+//! says how busy a replica is across all clients, and the observed latency how fast it works
+//! through its queue, which a probe's latency median, taken at whatever RIF the replica had,
+//! tells poorly. With `band_ranks_by_delay = false` the band ranks by RIF alone (ties to the
+//! lower latency), as before this rule.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -30,12 +40,19 @@ use crate::config::build_policy::ConfigError;
 use crate::policies::probing::aversion::ReplicaLoad;
 use crate::policies::probing::engine::{Rank, Rule};
 use crate::policies::probing::pool::{Entry, Pool};
-use crate::policy::LoadReport;
-use crate::replica::{ReplicaChange, ReplicaId};
+use crate::policy::{Completion, LoadReport, Outcome};
+use crate::replica::{ReplicaChange, ReplicaId, Replicas};
 use crate::time::{Time, duration_nanos};
 
 /// How many recent reply RIFs the quantile is estimated from.
 pub const HISTORY_LEN: usize = 128;
+
+/// Weight of one successful query in a replica's observed latency, an exponentially weighted
+/// mean over about the last 200 of this client's queries there (2/w − 1): long enough that the
+/// noise of heavy-tailed service times does not tell identical replicas apart (a weight of 0.05,
+/// about 40 queries, left one balancer's median on 20 identical replicas 26-32% above
+/// least-loaded's; docs/policies.md).
+pub const OBSERVED_WEIGHT: f64 = 0.01;
 
 /// Which RIF values count as hot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -229,7 +246,10 @@ pub fn hcl_rank(
 /// 32). Takes the latency in nanoseconds ([`duration_nanos`]), which pool entries hold ready.
 /// Exact where the rank's float latency is (below 2^53 ns, about 104 days); beyond, the key
 /// still tells latencies apart where the float rounds them together.
-pub fn hcl_key(cx: &HclContext, rif: u32, latency_ns: u64) -> u128 {
+///
+/// `band_delay_ns`, when given, is the reply's expected delay, by which it ranks if it falls in
+/// the band (below every latency key, like a RIF); without it a reply in the band ranks by RIF.
+pub fn hcl_key(cx: &HclContext, rif: u32, latency_ns: u64, band_delay_ns: Option<u64>) -> u128 {
     let hot = i64::from(rif) > cx.hot_above;
     let in_band = !hot && i128::from(latency_ns) <= cx.ceiling_ns;
     let slow = !hot && latency_ns > cx.slow_cold_ns;
@@ -240,7 +260,11 @@ pub fn hcl_key(cx: &HclContext, rif: u32, latency_ns: u64) -> u128 {
     let hot_key = 1 << 127 | rif << 64 | latency;
     // After every hot key (whose RIF, below 2^32, never reaches bit 126), by latency alone.
     let slow_key = 1 << 127 | 1 << 126 | latency;
-    let band_key = rif << 64 | latency;
+    // A delay is below 2^64, so its key stays below the cold keys' bit 126 too.
+    let band_key = match band_delay_ns {
+        Some(delay) => u128::from(delay) << 32 | rif,
+        None => rif << 64 | latency,
+    };
     let cold_key = 1 << 126 | latency << 32 | rif;
     let key = if in_band { band_key } else { cold_key };
     let key = if slow { slow_key } else { key };
@@ -248,8 +272,15 @@ pub fn hcl_key(cx: &HclContext, rif: u32, latency_ns: u64) -> u128 {
 }
 
 /// [`hcl_rank`] under `cx`, with its limit on slow cold replies: a cold reply slower than
-/// [`HclContext::slow_cold`] ranks after every hot one, by latency alone.
-pub fn hcl_rank_in(cx: &HclContext, rif: u32, latency: Duration) -> Rank {
+/// [`HclContext::slow_cold`] ranks after every hot one, by latency alone; and with
+/// `band_delay`, a reply in the band ranks by that expected delay (ties to the lower RIF)
+/// instead of by RIF. Orders as [`hcl_key`] does.
+pub fn hcl_rank_in(
+    cx: &HclContext,
+    rif: u32,
+    latency: Duration,
+    band_delay: Option<Duration>,
+) -> Rank {
     let hot = cx.threshold.is_hot(rif);
     if !hot && cx.slow_cold.is_some_and(|limit| latency > limit) {
         // After every hot reply (whose key is a RIF), by latency alone.
@@ -257,6 +288,16 @@ pub fn hcl_rank_in(cx: &HclContext, rif: u32, latency: Duration) -> Rank {
             hot: true,
             key: f64::INFINITY,
             tie: latency.as_secs_f64(),
+        };
+    }
+    let in_band = !hot && cx.ceiling.is_some_and(|c| latency <= c);
+    if let (true, Some(delay)) = (in_band, band_delay) {
+        // Below every latency key (>= 0) and increasing with the delay; distinct for any two
+        // delays below about 2^50 ns (13 days).
+        return Rank {
+            hot: false,
+            key: -1.0 / (1.0 + duration_nanos(delay) as f64),
+            tie: f64::from(rif),
         };
     }
     hcl_rank(cx.threshold, cx.ceiling, rif, latency)
@@ -294,6 +335,11 @@ impl HclContext {
         }
     }
 
+    /// Whether a reply with `rif` and a ranked latency of `latency_ns` falls in the band.
+    pub fn in_band(&self, rif: u32, latency_ns: u64) -> bool {
+        i64::from(rif) <= self.hot_above && i128::from(latency_ns) <= self.ceiling_ns
+    }
+
     /// The same context, with cold replies slower than `limit` ranking after every hot one.
     pub fn with_slow_cold(self, limit: Option<Duration>) -> Self {
         Self {
@@ -324,9 +370,14 @@ pub struct Hcl {
     latency_band: f64,
     own_queries_raise_latency: bool,
     max_cold_slowdown: f64,
+    /// Whether replies in the band rank by expected delay (else by RIF).
+    band_ranks_by_delay: bool,
     /// Replicas known (for the pool's coverage of the cluster).
     replicas: usize,
     history: RifHistory,
+    /// Per replica, the weighted mean latency of this client's successful queries there, in
+    /// nanoseconds (0: none yet).
+    observed: Replicas<f64>,
 }
 
 impl Hcl {
@@ -339,9 +390,37 @@ impl Hcl {
             latency_band,
             own_queries_raise_latency,
             max_cold_slowdown: 0.0,
+            band_ranks_by_delay: false,
             replicas: 0,
             history: RifHistory::default(),
+            observed: Replicas::new(),
         }
+    }
+
+    /// The same rule, where replies in the latency band rank by expected delay (this client's
+    /// observed latency from the replica × (RIF + 1)) instead of by RIF.
+    pub fn with_band_ranks_by_delay(self, by_delay: bool) -> Self {
+        Self {
+            band_ranks_by_delay: by_delay,
+            ..self
+        }
+    }
+
+    /// The expected delay a reply ranks by if it falls in the band (None when it does not, or
+    /// when the band ranks by RIF): the replica's observed latency, or the reply's own where
+    /// this client has seen none, × (RIF + 1).
+    fn band_delay_ns(&self, cx: &HclContext, entry: &Entry, latency_ns: u64) -> Option<u64> {
+        if !self.band_ranks_by_delay || !cx.in_band(entry.rif, latency_ns) {
+            return None;
+        }
+        let observed = self
+            .observed
+            .get(entry.replica)
+            .copied()
+            .filter(|&l| l > 0.0)
+            .unwrap_or(latency_ns as f64);
+        // A float-to-integer cast saturates: no overflow whatever the latency.
+        Some((observed * (f64::from(entry.rif) + 1.0)) as u64)
     }
 
     /// The same rule, where a cold reply more than `slowdown` times slower than the fastest
@@ -383,6 +462,22 @@ impl Rule for Hcl {
         match change {
             ReplicaChange::Insert(_) => self.replicas += 1,
             ReplicaChange::Remove(_) => self.replicas = self.replicas.saturating_sub(1),
+        }
+        self.observed.apply(change, || 0.0);
+    }
+
+    fn on_complete(&mut self, replica: ReplicaId, completion: &Completion) {
+        if !self.band_ranks_by_delay || completion.outcome != Outcome::Success {
+            // A failure's time says nothing of how fast the replica serves.
+            return;
+        }
+        if let Some(mean) = self.observed.get_mut(replica) {
+            let latency = duration_nanos(completion.latency) as f64;
+            *mean = if *mean > 0.0 {
+                *mean + OBSERVED_WEIGHT * (latency - *mean)
+            } else {
+                latency
+            };
         }
     }
 
@@ -426,14 +521,22 @@ impl Rule for Hcl {
     }
 
     fn rank(&self, cx: &HclContext, entry: &Entry, _load: &ReplicaLoad) -> Rank {
-        let latency = Duration::from_nanos(self.latency_ns(entry));
-        hcl_rank_in(cx, entry.rif, latency)
+        let latency_ns = self.latency_ns(entry);
+        let delay = self.band_delay_ns(cx, entry, latency_ns);
+        hcl_rank_in(
+            cx,
+            entry.rif,
+            Duration::from_nanos(latency_ns),
+            delay.map(Duration::from_nanos),
+        )
     }
 
     type Key = u128;
 
     fn key(&self, cx: &HclContext, entry: &Entry, _load: &ReplicaLoad) -> u128 {
-        hcl_key(cx, entry.rif, self.latency_ns(entry))
+        let latency_ns = self.latency_ns(entry);
+        let delay = self.band_delay_ns(cx, entry, latency_ns);
+        hcl_key(cx, entry.rif, latency_ns, delay)
     }
 
     fn values(&self, cx: &HclContext) -> Vec<(&'static str, f64)> {
@@ -445,6 +548,10 @@ impl Rule for Hcl {
                 f64::from(u8::from(self.own_queries_raise_latency)),
             ),
             ("max_cold_slowdown", self.max_cold_slowdown),
+            (
+                "band_ranks_by_delay",
+                f64::from(u8::from(self.band_ranks_by_delay)),
+            ),
         ];
         if cx.threshold != Threshold::AllCold {
             values.push(("hot_rif_threshold", cx.threshold.as_f64()));
@@ -510,16 +617,16 @@ mod tests {
         let t = Threshold::Above(3);
         let ms = Duration::from_millis;
         let cx = HclContext::new(t, None).with_slow_cold(Some(ms(100)));
-        let cold_slow = hcl_rank_in(&cx, 0, ms(101));
-        let cold_slower = hcl_rank_in(&cx, 0, ms(500));
-        let cold_at_limit = hcl_rank_in(&cx, 1, ms(100));
-        let hot_heavy = hcl_rank_in(&cx, 40, ms(20));
+        let cold_slow = hcl_rank_in(&cx, 0, ms(101), None);
+        let cold_slower = hcl_rank_in(&cx, 0, ms(500), None);
+        let cold_at_limit = hcl_rank_in(&cx, 1, ms(100), None);
+        let hot_heavy = hcl_rank_in(&cx, 40, ms(20), None);
         assert!(cold_at_limit.order(&hot_heavy).is_lt());
         assert!(hot_heavy.order(&cold_slow).is_lt());
         assert!(cold_slow.order(&cold_slower).is_lt());
         for (rif, latency) in [(0, 101), (0, 500), (1, 100), (40, 20)] {
             assert_eq!(
-                hcl_rank_in(&cx, rif, ms(latency)).hot,
+                hcl_rank_in(&cx, rif, ms(latency), None).hot,
                 rif > 3 || latency > 100,
                 "{rif} {latency}"
             );
@@ -585,7 +692,7 @@ mod tests {
         }
 
         /// The integer key orders replies exactly as the rank does, with or without a limit on
-        /// slow cold replies.
+        /// slow cold replies, with the band ranked by RIF or by expected delay.
         #[test]
         fn key_orders_like_rank(
             a in (prop_oneof![0u32..40, Just(u32::MAX)], prop_oneof![0u64..5_000_000_000, 0u64..1 << 52]),
@@ -593,20 +700,25 @@ mod tests {
             t in thresholds(),
             c in ceilings(),
             slow in ceilings(),
+            by_delay in any::<bool>(),
+            // A rule ranks the band by delay or by RIF, never both: both delays or neither.
+            delays in (0u64..1 << 40, 0u64..1 << 40),
         ) {
             let (ra, rb) = (Duration::from_nanos(a.1), Duration::from_nanos(b.1));
             let cx = HclContext::new(t, c).with_slow_cold(slow);
-            let by_rank = hcl_rank_in(&cx, a.0, ra).order(&hcl_rank_in(&cx, b.0, rb));
-            prop_assert_eq!(hcl_key(&cx, a.0, a.1).cmp(&hcl_key(&cx, b.0, b.1)), by_rank);
+            let (da, db) = (Some(delays.0).filter(|_| by_delay), Some(delays.1).filter(|_| by_delay));
+            let dur = |d: Option<u64>| d.map(Duration::from_nanos);
+            let by_rank = hcl_rank_in(&cx, a.0, ra, dur(da)).order(&hcl_rank_in(&cx, b.0, rb, dur(db)));
+            prop_assert_eq!(hcl_key(&cx, a.0, a.1, da).cmp(&hcl_key(&cx, b.0, b.1, db)), by_rank);
             // Equal signals from different sides of the threshold, and near-equal latencies.
             let near = Duration::from_nanos(a.1 + 1);
             prop_assert_eq!(
-                hcl_key(&cx, a.0, a.1).cmp(&hcl_key(&cx, a.0, a.1 + 1)),
-                hcl_rank_in(&cx, a.0, ra).order(&hcl_rank_in(&cx, a.0, near))
+                hcl_key(&cx, a.0, a.1, da).cmp(&hcl_key(&cx, a.0, a.1 + 1, da)),
+                hcl_rank_in(&cx, a.0, ra, dur(da)).order(&hcl_rank_in(&cx, a.0, near, dur(da)))
             );
             // Without a limit, the rank in a context is the paper's (and the band's) rank.
             if slow.is_none() {
-                prop_assert_eq!(hcl_rank_in(&cx, a.0, ra), hcl_rank(t, c, a.0, ra));
+                prop_assert_eq!(hcl_rank_in(&cx, a.0, ra, None), hcl_rank(t, c, a.0, ra));
             }
         }
 
@@ -620,6 +732,7 @@ mod tests {
             c in ceilings(),
             slow in ceilings(),
             scaled in any::<bool>(),
+            observed in prop_oneof![Just(None), (1u64..1_000_000_000).prop_map(Some)],
         ) {
             use crate::policies::probing::engine::Rule;
             let entry = |(rif, latency, uses, settled): (u32, u64, u32, u32)| Entry {
@@ -634,15 +747,25 @@ mod tests {
                 slot: 0,
             };
             let (ea, eb) = (entry(a), entry(b));
-            let rule = Hcl::new(0.84, 1.5, scaled);
+            // Ranking in the band by delay, with or without a latency observed from the replica.
+            let mut rule = Hcl::new(0.84, 1.5, scaled).with_band_ranks_by_delay(observed.is_some());
+            if let Some(latency) = observed {
+                rule.on_replica_change(ReplicaChange::Insert(ReplicaId(0)));
+                let completion = Completion {
+                    query: crate::policy::QueryId(1),
+                    latency: Duration::from_nanos(latency),
+                    outcome: Outcome::Success,
+                };
+                rule.on_complete(ReplicaId(0), &completion);
+            }
             let cx = HclContext::new(t, c).with_slow_cold(slow);
             let load = ReplicaLoad::default();
             prop_assert_eq!(
                 rule.key(&cx, &ea, &load).cmp(&rule.key(&cx, &eb, &load)),
                 rule.rank(&cx, &ea, &load).order(&rule.rank(&cx, &eb, &load))
             );
-            if !scaled {
-                prop_assert_eq!(rule.key(&cx, &ea, &load), hcl_key(&cx, ea.rif, ea.latency_ns));
+            if !scaled && observed.is_none() {
+                prop_assert_eq!(rule.key(&cx, &ea, &load), hcl_key(&cx, ea.rif, ea.latency_ns, None));
             }
         }
 

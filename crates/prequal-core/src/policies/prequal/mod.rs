@@ -27,8 +27,10 @@
 //!   2^−0.25 ≈ 0.84) of recently reported RIFs. The cold reply with the lowest latency wins; if
 //!   all are hot, the lowest RIF wins. With fewer than two replies, a uniformly random replica.
 //!   Our departure from the paper, on by default (`latency_band = 0` is the paper's rule): cold
-//!   replies within (1 + `latency_band`) × the lowest cold latency (default 1.5: 2.5 times) count as
-//!   equally fast and the lowest RIF among them wins. Also ours, on by default
+//!   replies within (1 + `latency_band`) × the lowest cold latency (default 2.5: 3.5 times) count as
+//!   equally fast, and among them the lowest expected delay wins: this client's recent latency
+//!   from the replica × (RIF + 1) (`band_ranks_by_delay`, on by default; false ranks them by
+//!   RIF alone). Also ours, on by default
 //!   (`own_queries_raise_latency = false` is the paper's rule): the latency a reply is ranked
 //!   by grows in proportion to this client's queries sent on it that have not finished,
 //!   × (RIF + 1) / (RIF − those + 1), since the report described the replica before them
@@ -100,7 +102,8 @@ use hcl::Hcl;
 pub type Prequal = AsyncProbing<Hcl>;
 
 /// `prequal` parameters. Every key is optional; defaults are those of the paper's testbed,
-/// except `latency_band` and `max_cold_slowdown` (the paper's rule is 0 for both),
+/// except `latency_band` and `max_cold_slowdown` (the paper's rule is 0 for both; with no band
+/// `band_ranks_by_delay` does nothing),
 /// `completions_lower_rif`, `reports_refresh_pool` and `own_queries_raise_latency` (all false
 /// in the paper).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -121,9 +124,12 @@ pub struct Config {
     pub remove_rate: f64,
     /// RIF quantile above which a reply is hot, default 2^−0.25.
     pub q_rif: f64,
-    /// Cold replies within (1 + this) × the fastest cold latency rank by RIF, default 1.5
-    /// (the paper's rule: 0).
+    /// Cold replies within (1 + this) × the fastest cold latency rank before the others, by
+    /// expected delay or RIF, default 2.5 (the paper's rule: 0).
     pub latency_band: f64,
+    /// Replies inside the band rank by expected delay (observed latency × (RIF + 1)), default
+    /// true; false ranks them by RIF.
+    pub band_ranks_by_delay: bool,
     /// A finished query of this client lowers its replica's reply RIF by one, default true
     /// (the paper's pool: false).
     pub completions_lower_rif: bool,
@@ -160,6 +166,7 @@ impl Default for Config {
             remove_rate: params::REMOVE_RATE,
             q_rif: params::Q_RIF,
             latency_band: params::LATENCY_BAND,
+            band_ranks_by_delay: params::BAND_RANKS_BY_DELAY,
             completions_lower_rif: params::COMPLETIONS_LOWER_RIF,
             reports_refresh_pool: params::REPORTS_REFRESH_POOL,
             own_queries_raise_latency: params::OWN_QUERIES_RAISE_LATENCY,
@@ -181,6 +188,7 @@ impl Config {
             self.own_queries_raise_latency,
         )
         .with_max_cold_slowdown(self.max_cold_slowdown)
+        .with_band_ranks_by_delay(self.band_ranks_by_delay)
     }
 
     /// The engine parameters.
@@ -220,6 +228,7 @@ impl BuildPolicy for Config {
             params::REMOVE_RATE_DOC,
             params::Q_RIF_DOC,
             params::LATENCY_BAND_DOC,
+            params::BAND_RANKS_BY_DELAY_DOC,
             params::COMPLETIONS_LOWER_RIF_DOC,
             params::REPORTS_REFRESH_POOL_DOC,
             params::OWN_QUERIES_RAISE_LATENCY_DOC,

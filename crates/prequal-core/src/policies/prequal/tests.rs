@@ -158,8 +158,9 @@ const Q_RIF_DEFAULT: f64 = params::Q_RIF;
 
 #[test]
 fn the_default_latency_band_prefers_the_lower_rif_among_comparable_latencies() {
-    // (RIF, ms): the fastest is busy; two within 2.5 times its latency are idle, the faster of
-    // them wins the tie.
+    // (RIF, ms): the fastest is busy; all four are within 3.5 times its latency, and with no
+    // query of this client finished yet each ranks by its own latency × (RIF + 1): 50, 18,
+    // 25 and 84 ms, so the faster idle one wins.
     let replies = [(4, 10), (0, 18), (0, 25), (6, 12)];
     assert_eq!(
         choose_with(1.0, &replies),
@@ -169,9 +170,42 @@ fn the_default_latency_band_prefers_the_lower_rif_among_comparable_latencies() {
     assert_eq!(
         choose_banded(1.0, params::LATENCY_BAND, &replies),
         ReplicaId(1),
-        "band: lowest RIF within 2.5 × 10 ms"
+        "band: lowest expected delay within 3.5 × 10 ms"
     );
-    assert_eq!(Config::default().latency_band, 1.5);
+    assert_eq!(Config::default().latency_band, 2.5);
+}
+
+#[test]
+fn the_band_ranks_by_expected_delay_unless_asked_to_rank_by_rif() {
+    // Both replicas report 10 ms, so both are in the band. This client saw replica 0 answer in
+    // 30 ms and replica 1 in 5 ms. Replica 0 is idle, replica 1 has one query: by expected
+    // delay (observed latency x (RIF + 1)) replica 1 wins, 10 against 30; by RIF, replica 0.
+    let choose = |band_ranks_by_delay: bool| {
+        let config = Config {
+            q_rif: 1.0,
+            remove_rate: 0.0,
+            band_ranks_by_delay,
+            ..Config::default()
+        };
+        let mut p = policy(&config, 2);
+        let mut rng = rng(3);
+        let seen = Time::from_millis(100);
+        for (replica, ms) in [(0, 30), (1, 5)] {
+            let finished = Completion {
+                query: QueryId(90 + replica),
+                latency: Duration::from_millis(ms),
+                outcome: Outcome::Success,
+            };
+            p.on_complete(ReplicaId(replica as u32), &finished, seen);
+        }
+        let at = Time::from_millis(110);
+        p.on_probe_reply(&probe(0), &report(0, 10), at, &mut rng);
+        p.on_probe_reply(&probe(1), &report(1, 10), at, &mut rng);
+        pick_id(&mut p, 1, at, &mut rng)
+    };
+    assert_eq!(choose(true), ReplicaId(1));
+    assert_eq!(choose(false), ReplicaId(0));
+    assert!(Config::default().band_ranks_by_delay);
 }
 
 #[test]
@@ -185,6 +219,7 @@ fn finished_queries_lower_their_replica_reply_unless_the_paper_pool_is_asked_for
             remove_rate: 0.0,
             completions_lower_rif,
             own_queries_raise_latency: false,
+            band_ranks_by_delay: false,
             ..Config::default()
         };
         let mut p = policy(&config, 2);

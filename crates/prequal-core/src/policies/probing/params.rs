@@ -24,9 +24,12 @@ pub const DELTA: f64 = 1.0;
 pub const REMOVE_RATE: f64 = 1.0;
 /// Default q_rif = 2^−0.25.
 pub const Q_RIF: f64 = 0.840_896_415_253_714_5;
-/// Default latency band of HCL's cold pick: replies within 2.5 times the fastest cold latency
-/// count as equally fast (0 is the paper's rule; see `hcl.rs` and docs/policies.md).
-pub const LATENCY_BAND: f64 = 1.5;
+/// Default latency band of HCL's cold pick: replies within 3.5 times the fastest cold latency
+/// rank first, by expected delay (0 is the paper's rule; see `hcl.rs` and docs/policies.md).
+pub const LATENCY_BAND: f64 = 2.5;
+/// Default for how replies inside the latency band rank: by expected delay (this client's
+/// observed latency from the replica × (RIF + 1)), our addition; false ranks them by RIF.
+pub const BAND_RANKS_BY_DELAY: bool = true;
 /// Default for whether a finished query lowers its replica's pooled reply RIF: on, our
 /// addition (off is the paper's pool, where only a use changes a reply; docs/policies.md).
 pub const COMPLETIONS_LOWER_RIF: bool = true;
@@ -98,10 +101,19 @@ pub const Q_RIF_DOC: ParamDoc = ParamDoc {
 /// `latency_band`.
 pub const LATENCY_BAND_DOC: ParamDoc = ParamDoc {
     key: "latency_band",
-    default: "1.5",
+    default: "2.5",
     doc: "cold replies whose latency is within (1 + band) × the lowest cold latency in the pool \
-          rank by RIF, before the other cold ones; band = latency_band × min(1, pool size / \
-          replicas); >= 0; 0 is the paper's HCL",
+          rank before the other cold ones, by expected delay or RIF (band_ranks_by_delay); \
+          band = latency_band × min(1, pool size / replicas); >= 0; 0 is the paper's HCL",
+};
+/// `band_ranks_by_delay`.
+pub const BAND_RANKS_BY_DELAY_DOC: ParamDoc = ParamDoc {
+    key: "band_ranks_by_delay",
+    default: "true",
+    doc: "replies inside the latency band rank by expected delay: this client's recent latency \
+          from the replica (weighted mean of its successful queries there, about the last 200) \
+          × (RIF + 1), the reply's own latency standing in until one is seen; false ranks them \
+          by RIF alone; no effect with latency_band = 0",
 };
 /// `completions_lower_rif`.
 pub const COMPLETIONS_LOWER_RIF_DOC: ParamDoc = ParamDoc {
