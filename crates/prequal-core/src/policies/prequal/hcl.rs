@@ -26,8 +26,10 @@
 //! Inside the band, by default (`band_ranks_by_delay`), replies rank by their *expected delay*:
 //! this client's recent latency from the replica (an exponentially weighted mean of its
 //! successful queries there, [`OBSERVED_WEIGHT`]) × (RIF + 1), the score of Traefik's
-//! `leasttime` with the probed RIF in place of the client's own count; a replica this client
-//! has no answer from yet stands in with the reply's latency. Both signals are needed: the RIF
+//! `leasttime` with the probed RIF in place of the client's own count (ties to the lower
+//! latency). A replica with fewer than [`MIN_OBSERVED`] of this client's queries seen counts as
+//! fast as the mean of those known, so that one slow first answer (a connection being set up)
+//! does not brand it, and with none known the RIF alone decides. Both signals are needed: the RIF
 //! says how busy a replica is across all clients, and the observed latency how fast it works
 //! through its queue, which a probe's latency median, taken at whatever RIF the replica had,
 //! tells poorly. With `band_ranks_by_delay = false` the band ranks by RIF alone (ties to the
@@ -248,7 +250,8 @@ pub fn hcl_rank(
 /// still tells latencies apart where the float rounds them together.
 ///
 /// `band_delay_ns`, when given, is the reply's expected delay, by which it ranks if it falls in
-/// the band (below every latency key, like a RIF); without it a reply in the band ranks by RIF.
+/// the band (ties to the lower latency; below every latency key, like a RIF); without it a reply
+/// in the band ranks by RIF.
 pub fn hcl_key(cx: &HclContext, rif: u32, latency_ns: u64, band_delay_ns: Option<u64>) -> u128 {
     let hot = i64::from(rif) > cx.hot_above;
     let in_band = !hot && i128::from(latency_ns) <= cx.ceiling_ns;
@@ -260,9 +263,9 @@ pub fn hcl_key(cx: &HclContext, rif: u32, latency_ns: u64, band_delay_ns: Option
     let hot_key = 1 << 127 | rif << 64 | latency;
     // After every hot key (whose RIF, below 2^32, never reaches bit 126), by latency alone.
     let slow_key = 1 << 127 | 1 << 126 | latency;
-    // A delay is below 2^64, so its key stays below the cold keys' bit 126 too.
+    // A delay is held below 2^62 (146 years), so its key stays below the cold keys' bit 126.
     let band_key = match band_delay_ns {
-        Some(delay) => u128::from(delay) << 32 | rif,
+        Some(delay) => u128::from(delay.min(MAX_DELAY_NS)) << 64 | latency,
         None => rif << 64 | latency,
     };
     let cold_key = 1 << 126 | latency << 32 | rif;
@@ -273,7 +276,7 @@ pub fn hcl_key(cx: &HclContext, rif: u32, latency_ns: u64, band_delay_ns: Option
 
 /// [`hcl_rank`] under `cx`, with its limit on slow cold replies: a cold reply slower than
 /// [`HclContext::slow_cold`] ranks after every hot one, by latency alone; and with
-/// `band_delay`, a reply in the band ranks by that expected delay (ties to the lower RIF)
+/// `band_delay`, a reply in the band ranks by that expected delay (ties to the lower latency)
 /// instead of by RIF. Orders as [`hcl_key`] does.
 pub fn hcl_rank_in(
     cx: &HclContext,
@@ -297,11 +300,45 @@ pub fn hcl_rank_in(
         return Rank {
             hot: false,
             key: -1.0 / (1.0 + duration_nanos(delay) as f64),
-            tie: f64::from(rif),
+            tie: latency.as_secs_f64(),
         };
     }
     hcl_rank(cx.threshold, cx.ceiling, rif, latency)
 }
+
+/// How many of a replica's successful queries this client must have seen before their mean
+/// stands for the replica's speed; until then the replica counts as fast as the mean of those
+/// known.
+pub const MIN_OBSERVED: u32 = 8;
+
+/// The latency one client observed from one replica: a weighted mean of its successful queries
+/// there. The first ones are plainly averaged (each of the first n weighs 1/n until that falls to
+/// [`OBSERVED_WEIGHT`]), so that the first answer, which may carry a connection's set-up, does
+/// not linger as the replica's speed.
+#[derive(Clone, Copy, Debug, Default)]
+struct Observed {
+    /// The mean, in nanoseconds.
+    latency_ns: f64,
+    /// Successful queries seen, up to the count past which the weight stays fixed.
+    count: u32,
+}
+
+impl Observed {
+    /// The mean, once [`MIN_OBSERVED`] queries were seen.
+    fn known_ns(&self) -> Option<f64> {
+        (self.count >= MIN_OBSERVED).then_some(self.latency_ns)
+    }
+
+    fn record(&mut self, latency_ns: f64) {
+        let warm = (1.0 / OBSERVED_WEIGHT) as u32;
+        self.count = (self.count + 1).min(warm);
+        let weight = (1.0 / f64::from(self.count)).max(OBSERVED_WEIGHT);
+        self.latency_ns += weight * (latency_ns - self.latency_ns);
+    }
+}
+
+/// The largest expected delay [`hcl_key`] tells apart, in nanoseconds.
+const MAX_DELAY_NS: u64 = (1 << 62) - 1;
 
 /// What HCL computes once per decision.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -375,9 +412,12 @@ pub struct Hcl {
     /// Replicas known (for the pool's coverage of the cluster).
     replicas: usize,
     history: RifHistory,
-    /// Per replica, the weighted mean latency of this client's successful queries there, in
-    /// nanoseconds (0: none yet).
-    observed: Replicas<f64>,
+    /// Per replica, what this client observed of its successful queries there.
+    observed: Replicas<Observed>,
+    /// The sum of the known replicas' observed latencies ([`Observed::known_ns`]), and how many
+    /// they are: their mean stands in for a replica not known yet.
+    known_sum_ns: f64,
+    known: u32,
 }
 
 impl Hcl {
@@ -394,6 +434,8 @@ impl Hcl {
             replicas: 0,
             history: RifHistory::default(),
             observed: Replicas::new(),
+            known_sum_ns: 0.0,
+            known: 0,
         }
     }
 
@@ -406,19 +448,35 @@ impl Hcl {
         }
     }
 
+    /// Takes a replica's known latency out of the sum of the known ones.
+    fn forget_known(&mut self, latency_ns: f64) {
+        self.known -= 1;
+        self.known_sum_ns = if self.known == 0 {
+            0.0
+        } else {
+            self.known_sum_ns - latency_ns
+        };
+    }
+
     /// The expected delay a reply ranks by if it falls in the band (None when it does not, or
-    /// when the band ranks by RIF): the replica's observed latency, or the reply's own where
-    /// this client has seen none, × (RIF + 1).
+    /// when the band ranks by RIF): the replica's observed latency, or the known replicas'
+    /// mean where it is not known yet ([`MIN_OBSERVED`]), × (RIF + 1).
     fn band_delay_ns(&self, cx: &HclContext, entry: &Entry, latency_ns: u64) -> Option<u64> {
         if !self.band_ranks_by_delay || !cx.in_band(entry.rif, latency_ns) {
             return None;
         }
+        // A replica not known yet counts as fast as the known ones on average; with none known
+        // every reply in the band has the same speed, and the RIF alone orders them.
+        let typical = if self.known > 0 {
+            self.known_sum_ns / f64::from(self.known)
+        } else {
+            1.0
+        };
         let observed = self
             .observed
             .get(entry.replica)
-            .copied()
-            .filter(|&l| l > 0.0)
-            .unwrap_or(latency_ns as f64);
+            .and_then(Observed::known_ns)
+            .unwrap_or(typical);
         // A float-to-integer cast saturates: no overflow whatever the latency.
         Some((observed * (f64::from(entry.rif) + 1.0)) as u64)
     }
@@ -463,7 +521,16 @@ impl Rule for Hcl {
             ReplicaChange::Insert(_) => self.replicas += 1,
             ReplicaChange::Remove(_) => self.replicas = self.replicas.saturating_sub(1),
         }
-        self.observed.apply(change, || 0.0);
+        match change {
+            ReplicaChange::Insert(id) => {
+                self.observed.insert(id, Observed::default());
+            }
+            ReplicaChange::Remove(id) => {
+                if let Some(known) = self.observed.remove(id).and_then(|o| o.known_ns()) {
+                    self.forget_known(known);
+                }
+            }
+        }
     }
 
     fn on_complete(&mut self, replica: ReplicaId, completion: &Completion) {
@@ -471,13 +538,18 @@ impl Rule for Hcl {
             // A failure's time says nothing of how fast the replica serves.
             return;
         }
-        if let Some(mean) = self.observed.get_mut(replica) {
-            let latency = duration_nanos(completion.latency) as f64;
-            *mean = if *mean > 0.0 {
-                *mean + OBSERVED_WEIGHT * (latency - *mean)
-            } else {
-                latency
-            };
+        let Some(observed) = self.observed.get_mut(replica) else {
+            return;
+        };
+        let before = observed.known_ns();
+        observed.record(duration_nanos(completion.latency) as f64);
+        let after = observed.known_ns();
+        if let Some(known) = before {
+            self.forget_known(known);
+        }
+        if let Some(known) = after {
+            self.known_sum_ns += known;
+            self.known += 1;
         }
     }
 
@@ -577,6 +649,30 @@ mod tests {
             h.push(*v);
         }
         h
+    }
+
+    #[test]
+    fn a_replica_observed_latency_averages_its_first_answers_then_weighs_each_at_the_fixed_weight()
+    {
+        let mut observed = Observed::default();
+        assert_eq!(observed.known_ns(), None);
+        // A slow first answer (a connection's set-up), then ten of 10 ms: a plain mean, known
+        // once MIN_OBSERVED answers came.
+        observed.record(100e6);
+        for n in 1..=10 {
+            observed.record(10e6);
+            assert_eq!(observed.known_ns().is_some(), n + 1 >= MIN_OBSERVED, "{n}");
+        }
+        let mean = observed.known_ns().unwrap();
+        assert!((mean - 200e6 / 11.0).abs() < 1.0, "{mean}");
+        // Past 1 / OBSERVED_WEIGHT answers each weighs OBSERVED_WEIGHT.
+        for _ in 0..1000 {
+            observed.record(10e6);
+        }
+        let before = observed.known_ns().unwrap();
+        observed.record(before + 1e6);
+        let moved = observed.known_ns().unwrap() - before;
+        assert!((moved - OBSERVED_WEIGHT * 1e6).abs() < 1e-3, "{moved}");
     }
 
     #[test]

@@ -97,8 +97,8 @@ proptest! {
 
     /// With any cold reply in the pool no slower than `max_cold_slowdown` times the fastest
     /// hot one (any cold reply at all under the paper's rule, 0), the policy never picks a
-    /// replica that only has hot replies (and picks the lowest expected delay in the latency
-    /// band);
+    /// replica that only has hot replies (and picks the lowest RIF in the latency band, where
+    /// no replica's speed is known yet);
     /// otherwise it picks a hot one with the lowest RIF.
     #[test]
     fn hcl_never_picks_hot_when_cold_exists(
@@ -138,14 +138,13 @@ proptest! {
             prop_assert!(pool.iter().any(|e| is_hot(e) && e.replica == chosen && e.rif == min_rif));
         } else {
             // The latency band: cold replies within (1 + latency_band) of the fastest cold one
-            // rank first, by expected delay: with no query of this client finished yet, each
-            // reply's own latency × (RIF + 1).
+            // rank first, by expected delay; with no query of this client finished yet no
+            // replica's speed is known, all count as equally fast, and the lowest RIF wins.
             let best = all_cold.iter().map(|e| e.latency_us).min().unwrap_or(0);
             let ceiling = best as f64 * (1.0 + config.latency_band);
             let band: Vec<_> = cold.iter().filter(|e| e.latency_us as f64 <= ceiling).collect();
-            let delay = |e: &PoolEntryView| e.latency_us * (u64::from(e.rif) + 1);
-            let min_delay = band.iter().map(|e| delay(e)).min().unwrap_or(0);
-            prop_assert!(band.iter().any(|e| e.replica == chosen && delay(e) == min_delay));
+            let min_rif = band.iter().map(|e| e.rif).min().unwrap_or(0);
+            prop_assert!(band.iter().any(|e| e.replica == chosen && e.rif == min_rif));
         }
     }
 }

@@ -159,8 +159,8 @@ const Q_RIF_DEFAULT: f64 = params::Q_RIF;
 #[test]
 fn the_default_latency_band_prefers_the_lower_rif_among_comparable_latencies() {
     // (RIF, ms): the fastest is busy; all four are within 3.5 times its latency, and with no
-    // query of this client finished yet each ranks by its own latency × (RIF + 1): 50, 18,
-    // 25 and 84 ms, so the faster idle one wins.
+    // query of this client finished no replica's speed is known, so they rank by RIF and the
+    // faster of the two idle ones wins the tie.
     let replies = [(4, 10), (0, 18), (0, 25), (6, 12)];
     assert_eq!(
         choose_with(1.0, &replies),
@@ -170,7 +170,7 @@ fn the_default_latency_band_prefers_the_lower_rif_among_comparable_latencies() {
     assert_eq!(
         choose_banded(1.0, params::LATENCY_BAND, &replies),
         ReplicaId(1),
-        "band: lowest expected delay within 3.5 × 10 ms"
+        "band: lowest RIF within 3.5 × 10 ms, speeds unknown"
     );
     assert_eq!(Config::default().latency_band, 2.5);
 }
@@ -178,7 +178,7 @@ fn the_default_latency_band_prefers_the_lower_rif_among_comparable_latencies() {
 #[test]
 fn the_band_ranks_by_expected_delay_unless_asked_to_rank_by_rif() {
     // Both replicas report 10 ms, so both are in the band. This client saw replica 0 answer in
-    // 30 ms and replica 1 in 5 ms. Replica 0 is idle, replica 1 has one query: by expected
+    // 30 ms and replica 1 in 5 ms, often enough for both speeds to be known. Replica 0 is idle, replica 1 has one query: by expected
     // delay (observed latency x (RIF + 1)) replica 1 wins, 10 against 30; by RIF, replica 0.
     let choose = |band_ranks_by_delay: bool| {
         let config = Config {
@@ -191,12 +191,14 @@ fn the_band_ranks_by_expected_delay_unless_asked_to_rank_by_rif() {
         let mut rng = rng(3);
         let seen = Time::from_millis(100);
         for (replica, ms) in [(0, 30), (1, 5)] {
-            let finished = Completion {
-                query: QueryId(90 + replica),
-                latency: Duration::from_millis(ms),
-                outcome: Outcome::Success,
-            };
-            p.on_complete(ReplicaId(replica as u32), &finished, seen);
+            for q in 0..u64::from(hcl::MIN_OBSERVED) {
+                let finished = Completion {
+                    query: QueryId(100 * replica + q),
+                    latency: Duration::from_millis(ms),
+                    outcome: Outcome::Success,
+                };
+                p.on_complete(ReplicaId(replica as u32), &finished, seen);
+            }
         }
         let at = Time::from_millis(110);
         p.on_probe_reply(&probe(0), &report(0, 10), at, &mut rng);

@@ -112,8 +112,9 @@ pub const BAND_RANKS_BY_DELAY_DOC: ParamDoc = ParamDoc {
     default: "true",
     doc: "replies inside the latency band rank by expected delay: this client's recent latency \
           from the replica (weighted mean of its successful queries there, about the last 200) \
-          × (RIF + 1), the reply's own latency standing in until one is seen; false ranks them \
-          by RIF alone; no effect with latency_band = 0",
+          × (RIF + 1); a replica with fewer than 8 of them seen counts as fast as the mean of \
+          those known, so with none known the RIF decides; false ranks them by RIF alone; no \
+          effect with latency_band = 0",
 };
 /// `completions_lower_rif`.
 pub const COMPLETIONS_LOWER_RIF_DOC: ParamDoc = ParamDoc {
