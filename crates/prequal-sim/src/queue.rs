@@ -130,7 +130,8 @@ impl<T> EventQueue<T> {
         if self.levels == 0 {
             return None;
         }
-        self.peeked = None;
+        // A peek since the buckets last changed shape found the minimum already.
+        let peeked = self.peeked.take();
         let level = self.levels.trailing_zeros() as usize;
         let slot = self.slots[level].trailing_zeros() as usize;
         self.slots[level] &= !(1 << slot);
@@ -149,7 +150,10 @@ impl<T> EventQueue<T> {
         // empty spare and spread from there (both keep their allocations).
         std::mem::swap(&mut self.spare, bucket);
         let mut items = std::mem::take(&mut self.spare);
-        let min = items.iter().map(|(k, _)| *k).min()?;
+        let min = match peeked {
+            Some(min) => min,
+            None => items.iter().map(|(k, _)| *k).min()?,
+        };
         self.last = min;
         for (key, item) in items.drain(..) {
             if key == min {
