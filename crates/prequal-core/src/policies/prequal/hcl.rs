@@ -12,10 +12,10 @@
 //! Our addition, the **latency band** (`latency_band`, default 2.5; 0 is the paper's rule):
 //! cold replies whose latency is within `1 + band` times the lowest cold latency in the pool
 //! rank first, by expected delay (below) or, with `band_ranks_by_delay = false`, by RIF (ties
-//! to the lower latency); cold replies beyond the band still rank by latency after them. The band is `latency_band` scaled
-//! by the share of the replicas the pool can hold (`min(1, m / n)`): full when every pick sees
-//! (nearly) the whole cluster, as in small clusters, a sixth of it with the paper's 16-reply
-//! pool over 100 replicas. Why: when every client sees every replica, the cold pick sends each
+//! to the lower latency); cold replies beyond the band still rank by latency after them. The
+//! band is `latency_band` scaled by the share of the replicas the pool can hold
+//! (`min(1, m / n)`): full when every pick sees (nearly) the whole cluster, as in small
+//! clusters, a sixth of it with the paper's 16-reply pool over 100 replicas. Why: when every client sees every replica, the cold pick sends each
 //! query to the replica with the lowest latency, so the fastest replicas are filled until
 //! they queue (the hot threshold stops it late), and independent clients all pick the same
 //! replica; a RIF is exact and current where a latency median is a few queries old, so among
@@ -254,7 +254,7 @@ pub fn hcl_rank(
 /// in the band ranks by RIF.
 pub fn hcl_key(cx: &HclContext, rif: u32, latency_ns: u64, band_delay_ns: Option<u64>) -> u128 {
     let hot = i64::from(rif) > cx.hot_above;
-    let in_band = !hot && i128::from(latency_ns) <= cx.ceiling_ns;
+    let in_band = cx.in_band(rif, latency_ns);
     let slow = !hot && latency_ns > cx.slow_cold_ns;
     let latency = u128::from(latency_ns);
     let rif = u128::from(rif);
@@ -330,8 +330,9 @@ impl Observed {
     }
 
     fn record(&mut self, latency_ns: f64) {
-        let warm = (1.0 / OBSERVED_WEIGHT) as u32;
-        self.count = (self.count + 1).min(warm);
+        // Past this many answers 1/n is below the fixed weight and the count stops.
+        const WARM: u32 = (1.0 / OBSERVED_WEIGHT) as u32;
+        self.count = (self.count + 1).min(WARM);
         let weight = (1.0 / f64::from(self.count)).max(OBSERVED_WEIGHT);
         self.latency_ns += weight * (latency_ns - self.latency_ns);
     }
@@ -518,14 +519,12 @@ impl Rule for Hcl {
 
     fn on_replica_change(&mut self, change: ReplicaChange) {
         match change {
-            ReplicaChange::Insert(_) => self.replicas += 1,
-            ReplicaChange::Remove(_) => self.replicas = self.replicas.saturating_sub(1),
-        }
-        match change {
             ReplicaChange::Insert(id) => {
+                self.replicas += 1;
                 self.observed.insert(id, Observed::default());
             }
             ReplicaChange::Remove(id) => {
+                self.replicas = self.replicas.saturating_sub(1);
                 if let Some(known) = self.observed.remove(id).and_then(|o| o.known_ns()) {
                     self.forget_known(known);
                 }

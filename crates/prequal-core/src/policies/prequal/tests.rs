@@ -31,6 +31,15 @@ pub(super) fn probe(replica: u32) -> ProbeRequest {
     }
 }
 
+/// Query `id` of this client, finished successfully after `latency_ms`.
+pub(super) fn success(id: u64, latency_ms: u64) -> Completion {
+    Completion {
+        query: QueryId(id),
+        latency: Duration::from_millis(latency_ms),
+        outcome: Outcome::Success,
+    }
+}
+
 pub(super) fn query(id: u64) -> Query {
     Query {
         id: QueryId(id),
@@ -178,8 +187,9 @@ fn the_default_latency_band_prefers_the_lower_rif_among_comparable_latencies() {
 #[test]
 fn the_band_ranks_by_expected_delay_unless_asked_to_rank_by_rif() {
     // Both replicas report 10 ms, so both are in the band. This client saw replica 0 answer in
-    // 30 ms and replica 1 in 5 ms, often enough for both speeds to be known. Replica 0 is idle, replica 1 has one query: by expected
-    // delay (observed latency x (RIF + 1)) replica 1 wins, 10 against 30; by RIF, replica 0.
+    // 30 ms and replica 1 in 5 ms, often enough for both speeds to be known. Replica 0 is
+    // idle, replica 1 has one query: by expected delay (observed latency x (RIF + 1)) replica 1
+    // wins, 10 against 30; by RIF, replica 0.
     let choose = |band_ranks_by_delay: bool| {
         let config = Config {
             q_rif: 1.0,
@@ -192,11 +202,7 @@ fn the_band_ranks_by_expected_delay_unless_asked_to_rank_by_rif() {
         let seen = Time::from_millis(100);
         for (replica, ms) in [(0, 30), (1, 5)] {
             for q in 0..u64::from(hcl::MIN_OBSERVED) {
-                let finished = Completion {
-                    query: QueryId(100 * replica + q),
-                    latency: Duration::from_millis(ms),
-                    outcome: Outcome::Success,
-                };
+                let finished = success(100 * replica + q, ms);
                 p.on_complete(ReplicaId(replica as u32), &finished, seen);
             }
         }
@@ -233,11 +239,7 @@ fn finished_queries_lower_their_replica_reply_unless_the_paper_pool_is_asked_for
         p.on_dispatch(ReplicaId(1), QueryId(1), at);
         let done = Time::from_millis(20);
         for q in [90, 91] {
-            let finished = Completion {
-                query: QueryId(q),
-                latency: Duration::from_millis(15),
-                outcome: Outcome::Success,
-            };
+            let finished = success(q, 15);
             p.on_complete(ReplicaId(0), &finished, done);
         }
         pick_id(&mut p, 2, done, &mut rng)
@@ -270,11 +272,7 @@ fn a_piggybacked_report_refreshes_the_pool_unless_the_paper_pool_is_asked_for() 
         assert_eq!(pick_id(&mut p, 1, at, &mut rng), ReplicaId(0));
         p.on_dispatch(ReplicaId(0), QueryId(1), at);
         let done = Time::from_millis(20);
-        let finished = Completion {
-            query: QueryId(1),
-            latency: Duration::from_millis(10),
-            outcome: Outcome::Success,
-        };
+        let finished = success(1, 10);
         p.on_complete(ReplicaId(0), &finished, done);
         p.on_load_report(ReplicaId(0), &report(6, 10), done);
         p.on_load_report(ReplicaId(2), &report(0, 1), done);
@@ -309,11 +307,7 @@ fn own_queries_raise_a_reply_latency_unless_the_paper_rule_is_asked_for() {
         p.on_dispatch(first, QueryId(1), at);
         let second = pick_id(&mut p, 2, at, &mut rng);
         let done = Time::from_millis(20);
-        let finished = Completion {
-            query: QueryId(1),
-            latency: Duration::from_millis(10),
-            outcome: Outcome::Success,
-        };
+        let finished = success(1, 10);
         p.on_complete(first, &finished, done);
         let third = pick_id(&mut p, 3, done, &mut rng);
         (first, second, third)
