@@ -25,14 +25,17 @@
 //!
 //! Inside the band, by default (`band_ranks_by_delay`), replies rank by their *expected delay*:
 //! this client's recent latency from the replica (an exponentially weighted mean of its
-//! successful queries there, [`OBSERVED_WEIGHT`]) × (RIF + 1), the score of Traefik's
-//! `leasttime` with the probed RIF in place of the client's own count (ties to the lower
-//! latency). A replica with fewer than [`MIN_OBSERVED`] of this client's queries seen counts as
-//! fast as the mean of those known, so that one slow first answer (a connection being set up)
-//! does not brand it, and with none known the RIF alone decides. Both signals are needed: the RIF
-//! says how busy a replica is across all clients, and the observed latency how fast it works
-//! through its queue, which a probe's latency median, taken at whatever RIF the replica had,
-//! tells poorly. With `band_ranks_by_delay = false` the band ranks by RIF alone (ties to the
+//! successful queries there, [`OBSERVED_WEIGHT`]) × (1 + RIF / `delay_concurrency`): the
+//! queries ahead of a new one, worked off `delay_concurrency` (default 2) at a time (ties to
+//! the lower latency). With 1 it is the score of Traefik's `leasttime` with the probed RIF in
+//! place of the client's own count; a replica that serves several queries at once (a thread
+//! pool) makes a new query wait less than a whole service time for each one ahead, and a larger
+//! value lets a fast replica with a few queries in flight win over a slow idle one. A replica
+//! with fewer than [`MIN_OBSERVED`] of this client's queries seen counts as fast as the mean of
+//! those known, so that one slow first answer (a connection being set up) does not brand it,
+//! and with none known the RIF alone decides. Both signals are needed: the RIF says how busy a
+//! replica is across all clients, and the observed latency how fast it works through its
+//! queue, which a probe's latency median, taken at whatever RIF the replica had, tells poorly. With `band_ranks_by_delay = false` the band ranks by RIF alone (ties to the
 //! lower latency), as before this rule.
 
 use std::collections::VecDeque;
@@ -410,6 +413,9 @@ pub struct Hcl {
     max_cold_slowdown: f64,
     /// Whether replies in the band rank by expected delay (else by RIF).
     band_ranks_by_delay: bool,
+    /// 1 / `delay_concurrency`: each query ahead adds this share of the observed latency to
+    /// the expected delay.
+    delay_per_rif: f64,
     /// Replicas known (for the pool's coverage of the cluster).
     replicas: usize,
     history: RifHistory,
@@ -432,6 +438,7 @@ impl Hcl {
             own_queries_raise_latency,
             max_cold_slowdown: 0.0,
             band_ranks_by_delay: false,
+            delay_per_rif: 1.0,
             replicas: 0,
             history: RifHistory::default(),
             observed: Replicas::new(),
@@ -449,6 +456,16 @@ impl Hcl {
         }
     }
 
+    /// The same rule, where the band's expected delay takes a replica to serve `concurrency`
+    /// queries at once: observed latency × (1 + RIF / `concurrency`) (> 0; 1 is Traefik's
+    /// `leasttime` score).
+    pub fn with_delay_concurrency(self, concurrency: f64) -> Self {
+        Self {
+            delay_per_rif: 1.0 / concurrency,
+            ..self
+        }
+    }
+
     /// Takes a replica's known latency out of the sum of the known ones.
     fn forget_known(&mut self, latency_ns: f64) {
         self.known -= 1;
@@ -461,17 +478,18 @@ impl Hcl {
 
     /// The expected delay a reply ranks by if it falls in the band (None when it does not, or
     /// when the band ranks by RIF): the replica's observed latency, or the known replicas'
-    /// mean where it is not known yet ([`MIN_OBSERVED`]), × (RIF + 1).
+    /// mean where it is not known yet ([`MIN_OBSERVED`]), × (1 + RIF / `delay_concurrency`).
     fn band_delay_ns(&self, cx: &HclContext, entry: &Entry, latency_ns: u64) -> Option<u64> {
         if !self.band_ranks_by_delay || !cx.in_band(entry.rif, latency_ns) {
             return None;
         }
         // A replica not known yet counts as fast as the known ones on average; with none known
-        // every reply in the band has the same speed, and the RIF alone orders them.
+        // every reply in the band has the same speed (any one: a millisecond keeps the RIFs
+        // apart in whole nanoseconds whatever `delay_concurrency`), and the RIF alone orders them.
         let typical = if self.known > 0 {
             self.known_sum_ns / f64::from(self.known)
         } else {
-            1.0
+            1e6
         };
         let observed = self
             .observed
@@ -479,7 +497,7 @@ impl Hcl {
             .and_then(Observed::known_ns)
             .unwrap_or(typical);
         // A float-to-integer cast saturates: no overflow whatever the latency.
-        Some((observed * (f64::from(entry.rif) + 1.0)) as u64)
+        Some((observed * (1.0 + f64::from(entry.rif) * self.delay_per_rif)) as u64)
     }
 
     /// The same rule, where a cold reply more than `slowdown` times slower than the fastest
@@ -623,6 +641,7 @@ impl Rule for Hcl {
                 "band_ranks_by_delay",
                 f64::from(u8::from(self.band_ranks_by_delay)),
             ),
+            ("delay_concurrency", 1.0 / self.delay_per_rif),
         ];
         if cx.threshold != Threshold::AllCold {
             values.push(("hot_rif_threshold", cx.threshold.as_f64()));

@@ -29,8 +29,8 @@
 //!   Our departure from the paper, on by default (`latency_band = 0` is the paper's rule): cold
 //!   replies within (1 + `latency_band`) × the lowest cold latency (default 2.5: 3.5 times) count as
 //!   equally fast, and among them the lowest expected delay wins: this client's recent latency
-//!   from the replica × (RIF + 1) (`band_ranks_by_delay`, on by default; false ranks them by
-//!   RIF alone). Also ours, on by default
+//!   from the replica × (1 + RIF / `delay_concurrency`), default 2 (`band_ranks_by_delay`, on
+//!   by default; false ranks them by RIF alone). Also ours, on by default
 //!   (`own_queries_raise_latency = false` is the paper's rule): the latency a reply is ranked
 //!   by grows in proportion to this client's queries sent on it that have not finished,
 //!   × (RIF + 1) / (RIF − those + 1), since the report described the replica before them
@@ -130,6 +130,9 @@ pub struct Config {
     /// Replies inside the band rank by expected delay (observed latency × (RIF + 1)), default
     /// true; false ranks them by RIF.
     pub band_ranks_by_delay: bool,
+    /// Queries a replica is taken to serve at once in the band's expected delay, observed
+    /// latency × (1 + RIF / this), default 2 (Traefik's `leasttime` score: 1).
+    pub delay_concurrency: f64,
     /// A finished query of this client lowers its replica's reply RIF by one, default true
     /// (the paper's pool: false).
     pub completions_lower_rif: bool,
@@ -167,6 +170,7 @@ impl Default for Config {
             q_rif: params::Q_RIF,
             latency_band: params::LATENCY_BAND,
             band_ranks_by_delay: params::BAND_RANKS_BY_DELAY,
+            delay_concurrency: params::DELAY_CONCURRENCY,
             completions_lower_rif: params::COMPLETIONS_LOWER_RIF,
             reports_refresh_pool: params::REPORTS_REFRESH_POOL,
             own_queries_raise_latency: params::OWN_QUERIES_RAISE_LATENCY,
@@ -189,6 +193,7 @@ impl Config {
         )
         .with_max_cold_slowdown(self.max_cold_slowdown)
         .with_band_ranks_by_delay(self.band_ranks_by_delay)
+        .with_delay_concurrency(self.delay_concurrency)
     }
 
     /// The engine parameters.
@@ -229,6 +234,7 @@ impl BuildPolicy for Config {
             params::Q_RIF_DOC,
             params::LATENCY_BAND_DOC,
             params::BAND_RANKS_BY_DELAY_DOC,
+            params::DELAY_CONCURRENCY_DOC,
             params::COMPLETIONS_LOWER_RIF_DOC,
             params::REPORTS_REFRESH_POOL_DOC,
             params::OWN_QUERIES_RAISE_LATENCY_DOC,
@@ -248,6 +254,14 @@ impl BuildPolicy for Config {
                 Self::INFO.name,
                 "latency_band",
                 format!("must be a finite number >= 0, got {}", self.latency_band),
+            ));
+        }
+        let concurrency = self.delay_concurrency;
+        if !(concurrency.is_finite() && concurrency > 0.0) {
+            return Err(ConfigError::invalid(
+                Self::INFO.name,
+                "delay_concurrency",
+                format!("must be a finite number > 0, got {concurrency}"),
             ));
         }
         let slowdown = self.max_cold_slowdown;

@@ -217,6 +217,39 @@ fn the_band_ranks_by_expected_delay_unless_asked_to_rank_by_rif() {
 }
 
 #[test]
+fn the_expected_delay_works_the_queries_ahead_off_delay_concurrency_at_a_time() {
+    // Both replicas report 10 ms, so both are in the band. This client saw replica 0 answer in
+    // 10 ms and replica 1 in 4 ms. Replica 0 is idle, replica 1 has two queries in flight: its
+    // expected delay is 4 x (1 + 2 / c), 12 ms against 10 one at a time (replica 0 wins), 8 ms
+    // two at a time and 6 ms four at a time (replica 1 wins).
+    let choose = |delay_concurrency: f64| {
+        let config = Config {
+            q_rif: 1.0,
+            remove_rate: 0.0,
+            delay_concurrency,
+            ..Config::default()
+        };
+        let mut p = policy(&config, 2);
+        let mut rng = rng(3);
+        let seen = Time::from_millis(100);
+        for (replica, ms) in [(0, 10), (1, 4)] {
+            for q in 0..u64::from(hcl::MIN_OBSERVED) {
+                let finished = success(100 * replica + q, ms);
+                p.on_complete(ReplicaId(replica as u32), &finished, seen);
+            }
+        }
+        let at = Time::from_millis(110);
+        p.on_probe_reply(&probe(0), &report(0, 10), at, &mut rng);
+        p.on_probe_reply(&probe(1), &report(2, 10), at, &mut rng);
+        pick_id(&mut p, 1, at, &mut rng)
+    };
+    assert_eq!(choose(1.0), ReplicaId(0));
+    assert_eq!(choose(2.0), ReplicaId(1));
+    assert_eq!(choose(4.0), ReplicaId(1));
+    assert_eq!(Config::default().delay_concurrency, 2.0);
+}
+
+#[test]
 fn finished_queries_lower_their_replica_reply_unless_the_paper_pool_is_asked_for() {
     // Replica 0 reports RIF 4 and replica 1 RIF 2, same latency: replica 1 is chosen and its
     // reply rises to 3. Then two queries that were at replica 0 when it answered finish: by
@@ -673,6 +706,20 @@ fn config_rejects_out_of_range_values_by_key() {
                 ..Config::default()
             },
             "remove_rate",
+        ),
+        (
+            Config {
+                delay_concurrency: 0.0,
+                ..Config::default()
+            },
+            "delay_concurrency",
+        ),
+        (
+            Config {
+                delay_concurrency: f64::INFINITY,
+                ..Config::default()
+            },
+            "delay_concurrency",
         ),
         (
             Config {

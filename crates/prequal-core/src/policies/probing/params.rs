@@ -30,6 +30,10 @@ pub const LATENCY_BAND: f64 = 2.5;
 /// Default for how replies inside the latency band rank: by expected delay (this client's
 /// observed latency from the replica × (RIF + 1)), our addition; false ranks them by RIF.
 pub const BAND_RANKS_BY_DELAY: bool = true;
+/// Default for how many queries at once a replica is taken to serve when the band estimates a
+/// reply's delay, observed latency × (1 + RIF / this): 2 (1 is Traefik's `leasttime` score; see
+/// `hcl.rs` and docs/policies.md).
+pub const DELAY_CONCURRENCY: f64 = 2.0;
 /// Default for whether a finished query lowers its replica's pooled reply RIF: on, our
 /// addition (off is the paper's pool, where only a use changes a reply; docs/policies.md).
 pub const COMPLETIONS_LOWER_RIF: bool = true;
@@ -112,9 +116,18 @@ pub const BAND_RANKS_BY_DELAY_DOC: ParamDoc = ParamDoc {
     default: "true",
     doc: "replies inside the latency band rank by expected delay: this client's recent latency \
           from the replica (weighted mean of its successful queries there, about the last 200) \
-          × (RIF + 1); a replica with fewer than 8 of them seen counts as fast as the mean of \
-          those known, so with none known the RIF decides; false ranks them by RIF alone; no \
-          effect with latency_band = 0",
+          × (1 + RIF / delay_concurrency); a replica with fewer than 8 of them seen counts as \
+          fast as the mean of those known, so with none known the RIF decides; false ranks them \
+          by RIF alone; no effect with latency_band = 0",
+};
+/// `delay_concurrency`.
+pub const DELAY_CONCURRENCY_DOC: ParamDoc = ParamDoc {
+    key: "delay_concurrency",
+    default: "2.0",
+    doc: "how many queries at once a replica is taken to serve in the band's expected delay, \
+          observed latency × (1 + RIF / delay_concurrency): the queries ahead of a new one are \
+          worked off this many at a time; 1 is Traefik's leasttime score, larger values favour \
+          a fast replica with queries in flight over a slow idle one; > 0",
 };
 /// `completions_lower_rif`.
 pub const COMPLETIONS_LOWER_RIF_DOC: ParamDoc = ParamDoc {
