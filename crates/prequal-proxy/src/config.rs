@@ -218,9 +218,9 @@ pub struct ClusterConfig {
     /// How long an idle upstream connection is kept. Default `90s`.
     #[serde(with = "humantime_serde")]
     pub pool_idle_timeout: Duration,
-    /// Probes in flight at once for this cluster; more are reported failed. Default 256.
+    /// Probes in flight at once for this cluster; more are not sent. Default 256.
     pub max_probes_in_flight: usize,
-    /// Probes in flight at once to one replica; more to it are reported failed. Default 8.
+    /// Probes in flight at once to one replica; more to it are not sent. Default 2.
     pub max_probes_per_replica: usize,
     /// TLS to the replicas, for requests and probes (`[clusters.NAME.tls]`). Default none.
     pub tls: Option<UpstreamTlsConfig>,
@@ -249,7 +249,7 @@ impl Default for ClusterConfig {
             pool_max_idle_per_host: 64,
             pool_idle_timeout: Duration::from_secs(90),
             max_probes_in_flight: 256,
-            max_probes_per_replica: 8,
+            max_probes_per_replica: 2,
             tls: None,
         }
     }

@@ -77,6 +77,8 @@ pub(crate) struct Prober {
     in_flight: Arc<AtomicUsize>,
     max_in_flight: usize,
     max_per_replica: usize,
+    /// Whether the cluster's policy sends probes at all.
+    sends_probes: bool,
     /// Probes not sent because the cluster's bound was reached.
     dropped: Counter,
     /// Probes not sent because their replica's bound was reached.
@@ -85,12 +87,14 @@ pub(crate) struct Prober {
 
 impl Prober {
     /// The prober of a cluster configured by `config`, whose policy's probe timeout is
-    /// `timeout`, sending over `upstreams` (one entry per data-plane worker).
+    /// `timeout` (and which `sends_probes` at all), sending over `upstreams` (one entry per
+    /// data-plane worker).
     pub(crate) fn new(
         config: &ClusterConfig,
         metrics: &ClusterMetrics,
         upstreams: Vec<Upstream>,
         timeout: Duration,
+        sends_probes: bool,
     ) -> Self {
         Prober {
             name: metrics.name.clone(),
@@ -100,6 +104,7 @@ impl Prober {
             in_flight: Arc::default(),
             max_in_flight: config.max_probes_in_flight,
             max_per_replica: config.max_probes_per_replica,
+            sends_probes,
             dropped: metrics.probes_dropped.clone(),
             skipped: metrics.probes_skipped.clone(),
         }
@@ -117,8 +122,13 @@ impl Prober {
         }
     }
 
+    /// Whether the cluster's policy sends probes at all.
+    pub(crate) fn sends_probes(&self) -> bool {
+        self.sends_probes
+    }
+
     /// The probe connections of data-plane `worker`.
-    fn upstream(&self, worker: usize) -> &Upstream {
+    pub(crate) fn upstream(&self, worker: usize) -> &Upstream {
         &self.upstreams[worker % self.upstreams.len()]
     }
 }

@@ -211,6 +211,7 @@ impl Proxy {
         let workers: Vec<Worker> = (1..server.workers())
             .filter_map(|index| Worker::spawn(index, &shared, &server))
             .collect();
+        tokio::spawn(warm_probe_connections(Arc::clone(&shared), 0));
         let local = Serving::new(&server, &shared, 0);
         let mut next = 0usize;
         let deal = |stream, remote| {
@@ -232,6 +233,15 @@ impl Proxy {
         if let Some(task) = admin_task {
             task.abort();
         }
+    }
+}
+
+/// Opens data-plane `worker`'s probe connections to every replica of every cluster whose policy
+/// probes, one each, so that probes find them ready when the requests come.
+async fn warm_probe_connections(shared: Arc<Shared>, worker: usize) {
+    let routing = shared.routing();
+    for cluster in routing.clusters().values() {
+        cluster.warm_probe_connections(worker).await;
     }
 }
 
@@ -309,6 +319,7 @@ impl Worker {
         let shared = Arc::clone(shared);
         let server = server.clone();
         let work = async move {
+            tokio::spawn(warm_probe_connections(Arc::clone(&shared), index));
             let serving = Serving::new(&server, &shared, index);
             while let Some((stream, remote)) = accepted.recv().await {
                 match TcpStream::from_std(stream) {

@@ -122,6 +122,29 @@ impl Upstream {
         }
     }
 
+    /// Opens a connection to `replica` at `authority` and keeps it idle, unless one is idle
+    /// already. Over HTTP/2 it does nothing: the one multiplexed connection per replica opens
+    /// at its first use.
+    pub(crate) async fn prewarm(
+        &self,
+        replica: ReplicaId,
+        authority: &Authority,
+    ) -> Result<(), UpstreamError> {
+        let Upstream::Http1(pool) = self else {
+            return Ok(());
+        };
+        let idle = pool
+            .lock()
+            .replicas
+            .get(&replica)
+            .is_some_and(|list| !list.is_empty());
+        if !idle {
+            let sender = pool.connect(authority).await?;
+            pool.put(replica, sender);
+        }
+        Ok(())
+    }
+
     /// Closes the idle connections to a replica that left the cluster.
     pub(crate) fn forget(&self, replica: ReplicaId) {
         if let Upstream::Http1(pool) = self {

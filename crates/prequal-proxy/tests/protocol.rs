@@ -245,3 +245,55 @@ async fn pooled_connections(proto: Proto) {
     assert_eq!(opened("probe"), 0.0);
 }
 over_h1_and_h2!(upstream_connections_are_pooled, pooled_connections);
+
+/// A proxy whose policy probes opens one probe connection to every replica from each
+/// data-plane thread before any request, so that the first probes under load do not each
+/// open their own; one whose policy does not probe opens none.
+#[tokio::test]
+async fn probe_connections_are_opened_before_the_first_request() {
+    let backends = futures_join(2).await;
+    let upstreams: Vec<String> = backends.iter().map(|b| format!("\"{}\"", b.addr)).collect();
+    let config = |policy: &str| {
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nworker_threads = 2\n\
+             [admin]\nlisten = \"127.0.0.1:0\"\n\
+             [clusters.test]\nupstreams = [{}]\npolicy = {policy}\n",
+            upstreams.join(", ")
+        )
+    };
+    let opened = |metrics: &str| {
+        metric(
+            metrics,
+            "prequal_proxy_upstream_connections_total{cluster=\"test\",purpose=\"probe\"}",
+        )
+    };
+    let admin = client_again(Proto::H1);
+    // An idle-probe period of an hour: the only probe connections are the ones opened ahead.
+    let proxy = start_proxy(&config(r#"{ name = "prequal", max_idle = "1h" }"#)).await;
+    let mut probe_connections = 0.0;
+    for _ in 0..400 {
+        probe_connections = opened(&get(&admin, proxy.admin, "/metrics").await.1);
+        if probe_connections >= 4.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    // Two threads, two replicas; perhaps one more for a first idle probe.
+    assert!(
+        (4.0..=5.0).contains(&probe_connections),
+        "{probe_connections} probe connections opened ahead"
+    );
+    for backend in &backends {
+        assert!(
+            backend
+                .connections
+                .load(std::sync::atomic::Ordering::SeqCst)
+                >= 2
+        );
+        assert_eq!(backend.hits(), 0);
+    }
+    let round_robin = start_proxy(&config("\"round-robin\"")).await;
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let metrics = get(&admin, round_robin.admin, "/metrics").await.1;
+    assert_eq!(opened(&metrics), 0.0);
+}

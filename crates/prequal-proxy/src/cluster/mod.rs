@@ -28,6 +28,7 @@
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use prequal_core::{
     Balancer, Completion, HedgeDecision, LoadReport, Outcome, Pick, ProbeEnd, ProbeRequest, Query,
     QueryId, ReplicaId, RetryDecision, Time,
@@ -52,6 +53,8 @@ use crate::upstream::Upstream;
 
 /// Probe timeout for policies that do not name one (they never probe, so it is only a bound).
 const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_millis(100);
+/// Probe connections [`Cluster::warm_probe_connections`] opens at once.
+const WARM_CONNECTS: usize = 8;
 
 /// The shortest sleep of the timer task, so a policy that keeps asking for "now" cannot spin it.
 const MIN_TIMER_STEP: Duration = Duration::from_micros(50);
@@ -95,7 +98,7 @@ impl Cluster {
         workers: usize,
     ) -> Result<(Arc<Self>, Background), prequal_core::ConfigError> {
         let policy = config.policy.build()?;
-        let probe_timeout = policy.probe_timeout().unwrap_or(DEFAULT_PROBE_TIMEOUT);
+        let probe_timeout = policy.probe_timeout();
         let balancer = Balancer::new(policy, &config.balancer())
             .map_err(|e| prequal_core::ConfigError::invalid("proxy", e.component, e.to_string()))?;
         let metrics = registry.cluster(name);
@@ -112,7 +115,13 @@ impl Cluster {
             clock,
             state: Mutex::new(State::new(balancer)),
             upstreams: upstreams(&metrics.connections_for_requests),
-            prober: Prober::new(config, &metrics, probe_upstreams, probe_timeout),
+            prober: Prober::new(
+                config,
+                &metrics,
+                probe_upstreams,
+                probe_timeout.unwrap_or(DEFAULT_PROBE_TIMEOUT),
+                probe_timeout.is_some(),
+            ),
             timer: Arc::new(Notify::new()),
             metrics,
             registry: Arc::clone(registry),
@@ -176,6 +185,26 @@ impl Cluster {
     /// The replica addresses now known.
     pub fn member_addrs(&self) -> Vec<String> {
         self.lock().member_addrs()
+    }
+
+    /// Opens one probe connection to every replica known now from data-plane `worker` (a few
+    /// at a time), for a policy that probes. Without it the first probes under load, finding
+    /// no connection, each open their own: six proxies started into full load opened hundreds
+    /// at once, and the probes timed out while they connected (docs/proxy.md).
+    pub(crate) async fn warm_probe_connections(&self, worker: usize) {
+        if !self.prober.sends_probes() {
+            return;
+        }
+        let targets = self.lock().member_targets();
+        let upstream = self.prober.upstream(worker);
+        futures_util::stream::iter(targets)
+            .for_each_concurrent(WARM_CONNECTS, |(replica, authority)| async move {
+                if let Err(error) = upstream.prewarm(replica, &authority).await {
+                    tracing::debug!(cluster = %self.name, replica = %authority, %error,
+                        "cannot open a probe connection ahead");
+                }
+            })
+            .await;
     }
 
     /// Chooses a replica for one try and tells the policy it is dispatched, in one critical

@@ -163,6 +163,13 @@ impl State {
     }
 
     /// The replica addresses now known.
+    pub(super) fn member_targets(&self) -> Vec<(ReplicaId, Authority)> {
+        self.members
+            .iter()
+            .map(|(&id, member)| (id, member.authority.clone()))
+            .collect()
+    }
+
     pub(super) fn member_addrs(&self) -> Vec<String> {
         self.by_addr.keys().cloned().collect()
     }
