@@ -184,32 +184,42 @@ fn the_default_latency_band_prefers_the_lower_rif_among_comparable_latencies() {
     assert_eq!(Config::default().latency_band, 2.5);
 }
 
+/// Which of two replicas `config` picks (with nothing hot and no reply removed) once this
+/// client has seen each answer [`hcl::MIN_OBSERVED`] queries in `observed_ms` (so both speeds
+/// are known), and both report 10 ms, replica 0 idle and replica 1 with `rif` queries.
+fn choose_between_known_replicas(config: Config, observed_ms: [u64; 2], rif: u32) -> ReplicaId {
+    let config = Config {
+        q_rif: 1.0,
+        remove_rate: 0.0,
+        ..config
+    };
+    let mut p = policy(&config, 2);
+    let mut rng = rng(3);
+    let seen = Time::from_millis(100);
+    for (replica, ms) in observed_ms.into_iter().enumerate() {
+        for q in 0..u64::from(hcl::MIN_OBSERVED) {
+            let finished = success(100 * replica as u64 + q, ms);
+            p.on_complete(ReplicaId(replica as u32), &finished, seen);
+        }
+    }
+    let at = Time::from_millis(110);
+    p.on_probe_reply(&probe(0), &report(0, 10), at, &mut rng);
+    p.on_probe_reply(&probe(1), &report(rif, 10), at, &mut rng);
+    pick_id(&mut p, 1, at, &mut rng)
+}
+
 #[test]
 fn the_band_ranks_by_expected_delay_unless_asked_to_rank_by_rif() {
     // Both replicas report 10 ms, so both are in the band. This client saw replica 0 answer in
-    // 30 ms and replica 1 in 5 ms, often enough for both speeds to be known. Replica 0 is
-    // idle, replica 1 has one query: by expected delay (observed latency x (RIF + 1)) replica 1
-    // wins, 10 against 30; by RIF, replica 0.
+    // 30 ms and replica 1 in 5 ms. Replica 0 is idle, replica 1 has one query: by expected
+    // delay (observed latency x (1 + RIF / 2)) replica 1 wins, 7.5 against 30; by RIF,
+    // replica 0.
     let choose = |band_ranks_by_delay: bool| {
         let config = Config {
-            q_rif: 1.0,
-            remove_rate: 0.0,
             band_ranks_by_delay,
             ..Config::default()
         };
-        let mut p = policy(&config, 2);
-        let mut rng = rng(3);
-        let seen = Time::from_millis(100);
-        for (replica, ms) in [(0, 30), (1, 5)] {
-            for q in 0..u64::from(hcl::MIN_OBSERVED) {
-                let finished = success(100 * replica + q, ms);
-                p.on_complete(ReplicaId(replica as u32), &finished, seen);
-            }
-        }
-        let at = Time::from_millis(110);
-        p.on_probe_reply(&probe(0), &report(0, 10), at, &mut rng);
-        p.on_probe_reply(&probe(1), &report(1, 10), at, &mut rng);
-        pick_id(&mut p, 1, at, &mut rng)
+        choose_between_known_replicas(config, [30, 5], 1)
     };
     assert_eq!(choose(true), ReplicaId(1));
     assert_eq!(choose(false), ReplicaId(0));
@@ -218,30 +228,15 @@ fn the_band_ranks_by_expected_delay_unless_asked_to_rank_by_rif() {
 
 #[test]
 fn the_expected_delay_works_the_queries_ahead_off_delay_concurrency_at_a_time() {
-    // Both replicas report 10 ms, so both are in the band. This client saw replica 0 answer in
-    // 10 ms and replica 1 in 4 ms. Replica 0 is idle, replica 1 has two queries in flight: its
-    // expected delay is 4 x (1 + 2 / c), 12 ms against 10 one at a time (replica 0 wins), 8 ms
-    // two at a time and 6 ms four at a time (replica 1 wins).
+    // This client saw replica 0 answer in 10 ms and replica 1 in 4 ms; replica 1 has two
+    // queries in flight: its expected delay is 4 x (1 + 2 / c), 12 ms against 10 one at a
+    // time (replica 0 wins), 8 ms two at a time and 6 ms four at a time (replica 1 wins).
     let choose = |delay_concurrency: f64| {
         let config = Config {
-            q_rif: 1.0,
-            remove_rate: 0.0,
             delay_concurrency,
             ..Config::default()
         };
-        let mut p = policy(&config, 2);
-        let mut rng = rng(3);
-        let seen = Time::from_millis(100);
-        for (replica, ms) in [(0, 10), (1, 4)] {
-            for q in 0..u64::from(hcl::MIN_OBSERVED) {
-                let finished = success(100 * replica + q, ms);
-                p.on_complete(ReplicaId(replica as u32), &finished, seen);
-            }
-        }
-        let at = Time::from_millis(110);
-        p.on_probe_reply(&probe(0), &report(0, 10), at, &mut rng);
-        p.on_probe_reply(&probe(1), &report(2, 10), at, &mut rng);
-        pick_id(&mut p, 1, at, &mut rng)
+        choose_between_known_replicas(config, [10, 4], 2)
     };
     assert_eq!(choose(1.0), ReplicaId(0));
     assert_eq!(choose(2.0), ReplicaId(1));
