@@ -42,6 +42,8 @@ use crate::upstream::Upstream;
 /// Rounds of "report the probes not sent, drain again" before leftover probes wait for the next
 /// event; keeps a policy that asks again at once from looping while the probe slots are full.
 const MAX_UNSENT_ROUNDS: usize = 2;
+/// Probe timeout for policies that do not name one (they never probe, so it is only a bound).
+const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_millis(100);
 /// How long a probe that timed out may still take to finish, for its connection's sake.
 const PROBE_LINGER: Duration = Duration::from_secs(1);
 
@@ -72,13 +74,12 @@ pub(crate) struct Prober {
     name: String,
     upstreams: Vec<Upstream>,
     version: http::Version,
-    timeout: Duration,
+    /// The policy's probe timeout; `None` when it never probes.
+    timeout: Option<Duration>,
     /// Probes of the cluster not finished yet, late ones included.
     in_flight: Arc<AtomicUsize>,
     max_in_flight: usize,
     max_per_replica: usize,
-    /// Whether the cluster's policy sends probes at all.
-    sends_probes: bool,
     /// Probes not sent because the cluster's bound was reached.
     dropped: Counter,
     /// Probes not sent because their replica's bound was reached.
@@ -87,14 +88,13 @@ pub(crate) struct Prober {
 
 impl Prober {
     /// The prober of a cluster configured by `config`, whose policy's probe timeout is
-    /// `timeout` (and which `sends_probes` at all), sending over `upstreams` (one entry per
-    /// data-plane worker).
+    /// `timeout` (`None` for a policy that never probes), sending over `upstreams` (one entry
+    /// per data-plane worker).
     pub(crate) fn new(
         config: &ClusterConfig,
         metrics: &ClusterMetrics,
         upstreams: Vec<Upstream>,
-        timeout: Duration,
-        sends_probes: bool,
+        timeout: Option<Duration>,
     ) -> Self {
         Prober {
             name: metrics.name.clone(),
@@ -104,15 +104,14 @@ impl Prober {
             in_flight: Arc::default(),
             max_in_flight: config.max_probes_in_flight,
             max_per_replica: config.max_probes_per_replica,
-            sends_probes,
             dropped: metrics.probes_dropped.clone(),
             skipped: metrics.probes_skipped.clone(),
         }
     }
 
-    /// The policy's probe timeout.
+    /// The policy's probe timeout (for one that never probes, only a bound).
     pub(crate) fn timeout(&self) -> Duration {
-        self.timeout
+        self.timeout.unwrap_or(DEFAULT_PROBE_TIMEOUT)
     }
 
     /// Closes the idle probe connections to a replica that left the cluster.
@@ -124,7 +123,7 @@ impl Prober {
 
     /// Whether the cluster's policy sends probes at all.
     pub(crate) fn sends_probes(&self) -> bool {
-        self.sends_probes
+        self.timeout.is_some()
     }
 
     /// The probe connections of data-plane `worker`.
@@ -224,7 +223,7 @@ async fn run_probe<O: ProbeOwner>(
     tokio::task::yield_now().await;
     let prober = owner.prober();
     let mut fetch = std::pin::pin!(fetch(prober, &probe, &authority, worker));
-    let report = match tokio::time::timeout(prober.timeout, fetch.as_mut()).await {
+    let report = match tokio::time::timeout(prober.timeout(), fetch.as_mut()).await {
         Ok(Ok(report)) => report,
         Ok(Err(error)) => {
             tracing::debug!(cluster = %prober.name, replica = %authority, %error, "probe failed");

@@ -51,8 +51,6 @@ use crate::prober::{self, Outbox, ProbeOwner, Prober};
 use crate::tls::ClientTls;
 use crate::upstream::Upstream;
 
-/// Probe timeout for policies that do not name one (they never probe, so it is only a bound).
-const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_millis(100);
 /// Probe connections [`Cluster::warm_probe_connections`] opens at once.
 const WARM_CONNECTS: usize = 8;
 
@@ -115,13 +113,7 @@ impl Cluster {
             clock,
             state: Mutex::new(State::new(balancer)),
             upstreams: upstreams(&metrics.connections_for_requests),
-            prober: Prober::new(
-                config,
-                &metrics,
-                probe_upstreams,
-                probe_timeout.unwrap_or(DEFAULT_PROBE_TIMEOUT),
-                probe_timeout.is_some(),
-            ),
+            prober: Prober::new(config, &metrics, probe_upstreams, probe_timeout),
             timer: Arc::new(Notify::new()),
             metrics,
             registry: Arc::clone(registry),

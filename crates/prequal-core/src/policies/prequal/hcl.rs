@@ -35,8 +35,9 @@
 //! those known, so that one slow first answer (a connection being set up) does not brand it,
 //! and with none known the RIF alone decides. Both signals are needed: the RIF says how busy a
 //! replica is across all clients, and the observed latency how fast it works through its
-//! queue, which a probe's latency median, taken at whatever RIF the replica had, tells poorly. With `band_ranks_by_delay = false` the band ranks by RIF alone (ties to the
-//! lower latency), as before this rule.
+//! queue, which a probe's latency median, taken at whatever RIF the replica had, tells poorly.
+//! With `band_ranks_by_delay = false` the band ranks by RIF alone (ties to the lower latency),
+//! as before this rule.
 
 use std::collections::VecDeque;
 use std::time::Duration;
