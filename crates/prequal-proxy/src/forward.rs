@@ -36,7 +36,7 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use http::uri::Authority;
-use http::{HeaderValue, Method, Request, Response, StatusCode, Version, header};
+use http::{HeaderName, HeaderValue, Method, Request, Response, StatusCode, Version, header};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use prequal_core::{Outcome, ReplicaId};
@@ -51,6 +51,10 @@ use crate::headers::{ClientHop, Direction, add_forwarding, strip_hop_by_hop};
 use crate::replay::RequestBody;
 use crate::try_guard::TryGuard;
 use crate::upstream::UpstreamBody;
+
+/// [`LOAD_HEADER`] as a `HeaderName`, which every response is searched for: a string name would
+/// be parsed and checked again on every search.
+const LOAD: HeaderName = HeaderName::from_static(LOAD_HEADER);
 
 /// Limits that apply to every request, from `[server]`.
 #[derive(Debug, Clone, Copy)]
@@ -392,7 +396,7 @@ async fn one_try(
 fn relay(mut response: Response<UpstreamBody>, mut guard: TryGuard) -> Step {
     guard.report = response
         .headers_mut()
-        .remove(LOAD_HEADER)
+        .remove(LOAD)
         .and_then(|v| parse_reply(v.as_bytes()).ok());
     guard.answered = Some(guard.start.elapsed());
     let outcome = head_outcome(response.status(), response.headers());
