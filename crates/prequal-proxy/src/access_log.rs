@@ -32,7 +32,7 @@ use rand::{Rng, SeedableRng};
 
 /// The header that carries a request's id. A `HeaderName`, not a `&str`: a string name is
 /// parsed and checked on every lookup, and copied into a new allocation on every insert (together
-/// 2.8% of a proxied request's instructions under round robin).
+/// 4% of a proxied request's instructions under round robin, measured).
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 thread_local! {
@@ -74,7 +74,7 @@ fn usable(id: &HeaderValue) -> bool {
     !bytes.is_empty() && bytes.len() <= MAX_ID_LEN && bytes.iter().all(|b| b.is_ascii_graphic())
 }
 
-/// What the response's extensions say about the tries behind it.
+/// What forwarding says about the tries behind a response.
 #[derive(Debug, Clone, Default)]
 pub struct Served {
     /// The replica whose answer was used (an `Authority` clones without copying its text,

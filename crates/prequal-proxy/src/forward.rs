@@ -81,22 +81,29 @@ fn is_idempotent(method: &Method) -> bool {
     )
 }
 
+/// A response made by the proxy itself, which no try served.
+fn unserved(status: StatusCode, text: &'static str) -> (Response<ProxyBody>, Served) {
+    (local_response(status, text), Served::default())
+}
+
 /// Forwards `request` to `cluster` over the connections of data-plane `worker` (the thread
-/// this runs on), retrying and hedging as the module docs say.
+/// this runs on), retrying and hedging as the module docs say. Returns the response with, for
+/// the access log, the tries behind it (returned beside it rather than in its extensions, which
+/// would cost two allocations per request).
 pub async fn forward(
     cluster: &Arc<Cluster>,
     request: Request<Incoming>,
     client: &ClientHop,
     limits: Limits,
     worker: usize,
-) -> Response<ProxyBody> {
+) -> (Response<ProxyBody>, Served) {
     let (mut parts, body) = request.into_parts();
     if parts.method == http::Method::CONNECT {
         // A reverse proxy forwards to its replicas; it does not open tunnels.
-        return local_response(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not supported\n");
+        return unserved(StatusCode::METHOD_NOT_ALLOWED, "CONNECT is not supported\n");
     }
     if too_large(&parts.headers, limits) {
-        return local_response(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n");
+        return unserved(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n");
     }
     prepare_headers(&mut parts, client, cluster.version());
     let config = cluster.config();
@@ -109,10 +116,10 @@ pub async fn forward(
     let body = match tokio::time::timeout(config.request_timeout, body).await {
         Ok(Ok(body)) => body,
         Ok(Err(_)) => {
-            return local_response(StatusCode::BAD_REQUEST, "request body could not be read\n");
+            return unserved(StatusCode::BAD_REQUEST, "request body could not be read\n");
         }
         Err(_) => {
-            return local_response(StatusCode::REQUEST_TIMEOUT, "request body too slow\n");
+            return unserved(StatusCode::REQUEST_TIMEOUT, "request body too slow\n");
         }
     };
     let may_retry_failures = is_idempotent(&parts.method) || config.retry_non_idempotent;
@@ -173,13 +180,12 @@ pub async fn forward(
                 continue;
             }
         };
-        if let Step::Done(mut response) = step {
+        if let Step::Done(response, replica) = step {
             if hedge {
                 cluster.metrics.hedges_won.inc();
             }
-            record_tries(&mut response, attempts, hedge);
             // Dropping the tries still in flight cancels them.
-            return response;
+            return (response, served(Some(replica), attempts, hedge));
         }
         // A failed try while others are still out: one of them may be hung (a black hole holds
         // it until `try_timeout`), so a retryable failure is retried at once beside them, on a
@@ -199,23 +205,24 @@ pub async fn forward(
     }
     match failure {
         Some(step) => {
-            let mut response = step.into_response();
-            record_tries(&mut response, attempts, false);
-            response
+            let (response, replica) = step.into_parts();
+            (response, served(replica, attempts, false))
         }
         None if attempts == 0 => {
-            local_response(StatusCode::SERVICE_UNAVAILABLE, "no replica available\n")
+            unserved(StatusCode::SERVICE_UNAVAILABLE, "no replica available\n")
         }
-        None => local_response(StatusCode::BAD_GATEWAY, "no try succeeded\n"),
+        None => unserved(StatusCode::BAD_GATEWAY, "no try succeeded\n"),
     }
 }
 
-/// Notes on `response` how many tries were sent for it and whether a hedge answered, beside the
-/// replica [`relay`] named, for the access log.
-fn record_tries(response: &mut Response<ProxyBody>, tries: u32, hedged: bool) {
-    let served = response.extensions_mut().get_or_insert_default::<Served>();
-    served.tries = tries;
-    served.hedged = hedged;
+/// What the access log says of a response's tries: the replica that answered (if one did), how
+/// many tries were sent and whether a hedge answered.
+fn served(replica: Option<Authority>, tries: u32, hedged: bool) -> Served {
+    Served {
+        replica,
+        tries,
+        hedged,
+    }
 }
 
 /// One try, from sending its request to its response headers (or its failure), and whether
@@ -328,19 +335,24 @@ fn prepare_headers(parts: &mut http::request::Parts, client: &ClientHop, upstrea
 
 /// How one try ended.
 enum Step {
-    /// A response to hand back (possibly a 5xx, if it is not retried).
-    Done(Response<ProxyBody>),
-    /// A failure: the response to give if it is not retried, and whether it was a connect error.
+    /// A response to hand back, and the replica that sent it.
+    Done(Response<ProxyBody>, Authority),
+    /// A failure: the response to give if it is not retried, the replica that sent it (none
+    /// when none answered), and whether it was a connect error.
     Failed {
         response: Response<ProxyBody>,
+        replica: Option<Authority>,
         connect: bool,
     },
 }
 
 impl Step {
-    fn into_response(self) -> Response<ProxyBody> {
+    fn into_parts(self) -> (Response<ProxyBody>, Option<Authority>) {
         match self {
-            Step::Done(response) | Step::Failed { response, .. } => response,
+            Step::Done(response, replica) => (response, Some(replica)),
+            Step::Failed {
+                response, replica, ..
+            } => (response, replica),
         }
     }
 }
@@ -365,6 +377,7 @@ async fn one_try(
             let response = local_response(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n");
             return Step::Failed {
                 response,
+                replica: None,
                 connect: false,
             };
         }
@@ -374,26 +387,22 @@ async fn one_try(
             let response = local_response(StatusCode::BAD_GATEWAY, "upstream unavailable\n");
             return Step::Failed {
                 response,
+                replica: None,
                 connect: error.is_connect(),
             };
         }
         Ok(Ok(response)) => response,
     };
-    let mut step = relay(response, guard);
-    let (Step::Done(response) | Step::Failed { response, .. }) = &mut step;
-    response.extensions_mut().insert(Served {
-        replica: Some(authority),
-        ..Served::default()
-    });
-    step
+    relay(response, guard, authority)
 }
 
 /// Turns the replica's response into the client's: hop-by-hop headers out, and the replica's
 /// piggybacked load (it describes the replica to the balancer that chose it, so a client, or a
 /// balancer in front of this proxy, must not read it as this proxy's), body tracked so the
 /// policy hears when it ends (a success once it has been read to its end; cancelled if the
-/// client leaves before); a 5xx is a failed step (which the caller may retry).
-fn relay(mut response: Response<UpstreamBody>, mut guard: TryGuard) -> Step {
+/// client leaves before); a 5xx is a failed step (which the caller may retry). `replica` is
+/// the one that sent it.
+fn relay(mut response: Response<UpstreamBody>, mut guard: TryGuard, replica: Authority) -> Step {
     guard.report = response
         .headers_mut()
         .remove(LOAD)
@@ -425,9 +434,10 @@ fn relay(mut response: Response<UpstreamBody>, mut guard: TryGuard) -> Step {
     match failed {
         true => Step::Failed {
             response,
+            replica: Some(replica),
             connect: false,
         },
-        false => Step::Done(response),
+        false => Step::Done(response, replica),
     }
 }
 

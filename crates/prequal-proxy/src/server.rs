@@ -414,25 +414,23 @@ async fn handle(
         (request.method().clone(), host, path)
     });
     let routing = shared.routing();
-    let (mut response, cluster) = match routing.route(&request) {
-        None => (local_response(StatusCode::NOT_FOUND, "no route\n"), None),
+    let (mut response, served, cluster) = match routing.route(&request) {
+        None => {
+            let response = local_response(StatusCode::NOT_FOUND, "no route\n");
+            (response, Served::default(), None)
+        }
         Some(cluster) => {
             let cluster = Arc::clone(cluster);
             drop(routing);
             let metrics = &cluster.metrics;
             metrics.requests.inc();
-            let response = forward(&cluster, request, &client, limits, worker).await;
+            let (response, served) = forward(&cluster, request, &client, limits, worker).await;
             metrics.duration.observe(start.elapsed().as_secs_f64());
             metrics.response(response.status().as_u16());
-            (response, Some(cluster))
+            (response, served, Some(cluster))
         }
     };
     if let (Some(log), Some((method, host, path))) = (shared.access_log(), logged) {
-        let served = response
-            .extensions()
-            .get::<Served>()
-            .cloned()
-            .unwrap_or_default();
         log.write(&Entry {
             time: Entry::now(),
             request_id: id.to_str().unwrap_or_default(),
