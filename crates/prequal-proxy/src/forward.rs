@@ -32,6 +32,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -135,7 +136,7 @@ pub async fn forward(
         hedge_plan: None,
     };
     // The tries in flight: the first (or a retry), and the hedges sent while it runs.
-    let mut running = FuturesUnordered::new();
+    let mut running = Running::default();
     let (mut hedge_plan, mut hedge_at) = (None, None);
     let (mut attempts, mut hedges_sent) = (0, 0);
     let mut failure = None;
@@ -159,7 +160,7 @@ pub async fn forward(
         }
         let hedging = hedge_at.filter(|_| attempts < config.max_attempts);
         let (step, hedge) = tokio::select! {
-            Some(ended) = running.next() => ended,
+            Some(ended) = std::future::poll_fn(|cx| running.poll_next(cx)) => ended,
             () = sleep_until_some(hedging) => {
                 hedge_at = None;
                 let Some(HedgePlan { started, .. }) = hedge_plan else { continue };
@@ -228,6 +229,50 @@ fn served(replica: Option<Authority>, tries: u32, hedged: bool) -> Served {
 /// One try, from sending its request to its response headers (or its failure), and whether
 /// it is a hedge.
 type TryFuture<'a> = Pin<Box<dyn Future<Output = (Step, bool)> + Send + 'a>>;
+
+/// The tries of one request in flight: one polled directly, the others (hedges, and retries
+/// sent beside a try that may be hung) in a `FuturesUnordered`. Most requests make a single
+/// try, which so never pays for that set's allocation and wake-up bookkeeping.
+struct Running<'a> {
+    lead: Option<TryFuture<'a>>,
+    beside: FuturesUnordered<TryFuture<'a>>,
+}
+
+impl Default for Running<'_> {
+    fn default() -> Self {
+        Running {
+            lead: None,
+            beside: FuturesUnordered::new(),
+        }
+    }
+}
+
+impl<'a> Running<'a> {
+    fn is_empty(&self) -> bool {
+        self.lead.is_none() && self.beside.is_empty()
+    }
+
+    fn push(&mut self, next: TryFuture<'a>) {
+        match self.lead {
+            None => self.lead = Some(next),
+            Some(_) => self.beside.push(next),
+        }
+    }
+
+    /// The next try to end, as `FuturesUnordered::poll_next`: `None` once none is running.
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<(Step, bool)>> {
+        if let Some(lead) = &mut self.lead
+            && let Poll::Ready(ended) = lead.as_mut().poll(cx)
+        {
+            self.lead = None;
+            return Poll::Ready(Some(ended));
+        }
+        match self.beside.poll_next_unpin(cx) {
+            Poll::Ready(None) if self.lead.is_some() => Poll::Pending,
+            polled => polled,
+        }
+    }
+}
 
 /// Sleeps until `at`; never ends if there is none.
 async fn sleep_until_some(at: Option<Instant>) {
