@@ -417,6 +417,10 @@ pub struct Hcl {
     /// 1 / `delay_concurrency`: each query ahead adds this share of the observed latency to
     /// the expected delay.
     delay_per_rif: f64,
+    /// `delay_power`: the power the queueing factor (1 + RIF / `delay_concurrency`) is raised
+    /// to; 1 ranks by this query's own expected delay, 2 also by what it adds to the queries
+    /// after it.
+    delay_power: f64,
     /// Replicas known (for the pool's coverage of the cluster).
     replicas: usize,
     history: RifHistory,
@@ -440,6 +444,7 @@ impl Hcl {
             max_cold_slowdown: 0.0,
             band_ranks_by_delay: false,
             delay_per_rif: 1.0,
+            delay_power: 1.0,
             replicas: 0,
             history: RifHistory::default(),
             observed: Replicas::new(),
@@ -463,6 +468,19 @@ impl Hcl {
     pub fn with_delay_concurrency(self, concurrency: f64) -> Self {
         Self {
             delay_per_rif: 1.0 / concurrency,
+            ..self
+        }
+    }
+
+    /// The same rule, where the band ranks by observed latency × (1 + RIF /
+    /// `delay_concurrency`) ^ `power` (> 0; 1 is the expected delay of the query itself).
+    /// With 2 it is the delay the query adds in all, its own and that of the queries after it:
+    /// at a single-server queue holding n queries on average, a query's own delay is the
+    /// service time × (1 + n) and the total delay grows with the arrival rate at the service
+    /// time × (1 + n)² (docs/policies.md, "`delay_power`").
+    pub fn with_delay_power(self, power: f64) -> Self {
+        Self {
+            delay_power: power,
             ..self
         }
     }
@@ -497,8 +515,14 @@ impl Hcl {
             .get(entry.replica)
             .and_then(Observed::known_ns)
             .unwrap_or(typical);
+        let factor = 1.0 + f64::from(entry.rif) * self.delay_per_rif;
+        let factor = if self.delay_power == 1.0 {
+            factor
+        } else {
+            factor.powf(self.delay_power)
+        };
         // A float-to-integer cast saturates: no overflow whatever the latency.
-        Some((observed * (1.0 + f64::from(entry.rif) * self.delay_per_rif)) as u64)
+        Some((observed * factor) as u64)
     }
 
     /// The same rule, where a cold reply more than `slowdown` times slower than the fastest
@@ -643,6 +667,7 @@ impl Rule for Hcl {
                 f64::from(u8::from(self.band_ranks_by_delay)),
             ),
             ("delay_concurrency", 1.0 / self.delay_per_rif),
+            ("delay_power", self.delay_power),
         ];
         if cx.threshold != Threshold::AllCold {
             values.push(("hot_rif_threshold", cx.threshold.as_f64()));

@@ -133,6 +133,9 @@ pub struct Config {
     /// Queries a replica is taken to serve at once in the band's expected delay, observed
     /// latency × (1 + RIF / this), default 2 (Traefik's `leasttime` score: 1).
     pub delay_concurrency: f64,
+    /// The band's queueing factor (1 + RIF / `delay_concurrency`) is raised to this power,
+    /// default 1 (the query's own expected delay; 2 ranks by the delay it adds in all).
+    pub delay_power: f64,
     /// A finished query of this client lowers its replica's reply RIF by one, default true
     /// (the paper's pool: false).
     pub completions_lower_rif: bool,
@@ -171,6 +174,7 @@ impl Default for Config {
             latency_band: params::LATENCY_BAND,
             band_ranks_by_delay: params::BAND_RANKS_BY_DELAY,
             delay_concurrency: params::DELAY_CONCURRENCY,
+            delay_power: params::DELAY_POWER,
             completions_lower_rif: params::COMPLETIONS_LOWER_RIF,
             reports_refresh_pool: params::REPORTS_REFRESH_POOL,
             own_queries_raise_latency: params::OWN_QUERIES_RAISE_LATENCY,
@@ -194,6 +198,7 @@ impl Config {
         .with_max_cold_slowdown(self.max_cold_slowdown)
         .with_band_ranks_by_delay(self.band_ranks_by_delay)
         .with_delay_concurrency(self.delay_concurrency)
+        .with_delay_power(self.delay_power)
     }
 
     /// The engine parameters.
@@ -235,6 +240,7 @@ impl BuildPolicy for Config {
             params::LATENCY_BAND_DOC,
             params::BAND_RANKS_BY_DELAY_DOC,
             params::DELAY_CONCURRENCY_DOC,
+            params::DELAY_POWER_DOC,
             params::COMPLETIONS_LOWER_RIF_DOC,
             params::REPORTS_REFRESH_POOL_DOC,
             params::OWN_QUERIES_RAISE_LATENCY_DOC,
@@ -262,6 +268,14 @@ impl BuildPolicy for Config {
                 Self::INFO.name,
                 "delay_concurrency",
                 format!("must be a finite number > 0, got {concurrency}"),
+            ));
+        }
+        let power = self.delay_power;
+        if !(power.is_finite() && power > 0.0) {
+            return Err(ConfigError::invalid(
+                Self::INFO.name,
+                "delay_power",
+                format!("must be a finite number > 0, got {power}"),
             ));
         }
         let slowdown = self.max_cold_slowdown;

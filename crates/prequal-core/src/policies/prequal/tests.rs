@@ -245,6 +245,24 @@ fn the_expected_delay_works_the_queries_ahead_off_delay_concurrency_at_a_time() 
 }
 
 #[test]
+fn with_delay_power_two_a_queue_at_a_fast_replica_weighs_its_square() {
+    // This client saw replica 0 answer in 20 ms and replica 1 in 6 ms; replica 1 has four
+    // queries in flight. At power 1 its expected delay is 6 x (1 + 4 / 2) = 18 ms against
+    // 20 (replica 1 wins); at power 2 it is 6 x 3^2 = 54 ms, the delay this query adds in all
+    // (replica 0 wins, idle, where the square is 1).
+    let choose = |delay_power: f64| {
+        let config = Config {
+            delay_power,
+            ..Config::default()
+        };
+        choose_between_known_replicas(config, [20, 6], 4)
+    };
+    assert_eq!(choose(1.0), ReplicaId(1));
+    assert_eq!(choose(2.0), ReplicaId(0));
+    assert_eq!(Config::default().delay_power, 1.0);
+}
+
+#[test]
 fn finished_queries_lower_their_replica_reply_unless_the_paper_pool_is_asked_for() {
     // Replica 0 reports RIF 4 and replica 1 RIF 2, same latency: replica 1 is chosen and its
     // reply rises to 3. Then two queries that were at replica 0 when it answered finish: by
@@ -715,6 +733,20 @@ fn config_rejects_out_of_range_values_by_key() {
                 ..Config::default()
             },
             "delay_concurrency",
+        ),
+        (
+            Config {
+                delay_power: 0.0,
+                ..Config::default()
+            },
+            "delay_power",
+        ),
+        (
+            Config {
+                delay_power: f64::NAN,
+                ..Config::default()
+            },
+            "delay_power",
         ),
         (
             Config {

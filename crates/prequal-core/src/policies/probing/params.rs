@@ -34,6 +34,10 @@ pub const BAND_RANKS_BY_DELAY: bool = true;
 /// reply's delay, observed latency × (1 + RIF / this): 2 (1 is Traefik's `leasttime` score; see
 /// `hcl.rs` and docs/policies.md).
 pub const DELAY_CONCURRENCY: f64 = 2.0;
+/// Default power of the band's queueing factor: 1, each query ranks replicas by its own
+/// expected delay (2 ranks by the delay it adds in all, which lowers the median at high load on
+/// mixed-speed replicas and raises the tails; docs/policies.md).
+pub const DELAY_POWER: f64 = 1.0;
 /// Default for whether a finished query lowers its replica's pooled reply RIF: on, our
 /// addition (off is the paper's pool, where only a use changes a reply; docs/policies.md).
 pub const COMPLETIONS_LOWER_RIF: bool = true;
@@ -128,6 +132,15 @@ pub const DELAY_CONCURRENCY_DOC: ParamDoc = ParamDoc {
           observed latency × (1 + RIF / delay_concurrency): the queries ahead of a new one are \
           worked off this many at a time; 1 is Traefik's leasttime score, larger values favour \
           a fast replica with queries in flight over a slow idle one; > 0",
+};
+/// `delay_power`.
+pub const DELAY_POWER_DOC: ParamDoc = ParamDoc {
+    key: "delay_power",
+    default: "1.0",
+    doc: "the band ranks by observed latency × (1 + RIF / delay_concurrency) ^ delay_power: \
+          1 is the new query's own expected delay; 2 is close to the delay it adds in all, its \
+          own and that of the queries after it, which spreads load off the fastest replicas \
+          sooner: a lower median at high load on replicas of mixed speeds, higher tails; > 0",
 };
 /// `completions_lower_rif`.
 pub const COMPLETIONS_LOWER_RIF_DOC: ParamDoc = ParamDoc {
