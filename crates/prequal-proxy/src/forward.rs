@@ -147,10 +147,12 @@ pub async fn forward(
                 break;
             }
             let last = attempts + 1 == config.max_attempts;
-            let Some(next) = tries.start(attempts == 0, false, Strict::No, last).await else {
+            if !tries
+                .start(&mut running, attempts == 0, false, Strict::No, last)
+                .await
+            {
                 break;
-            };
-            running.push(next);
+            }
             attempts += 1;
             if attempts == 1 {
                 // Planned with the first try's pick: the hedge clock starts once it is on its way.
@@ -159,16 +161,24 @@ pub async fn forward(
             }
         }
         let hedging = hedge_at.filter(|_| attempts < config.max_attempts);
+        // One timer per request: the next hedge, or the lead try's deadline if that comes first.
+        let wake_at = earliest(hedging, running.lead_deadline());
         let (step, hedge) = tokio::select! {
+            // The tries first, so that a lead try whose deadline woke the request ends (timed
+            // out) before the timer is looked at.
+            biased;
             Some(ended) = std::future::poll_fn(|cx| running.poll_next(cx)) => ended,
-            () = sleep_until_some(hedging) => {
+            () = sleep_until_some(wake_at) => {
+                if hedging.is_none_or(|at| Instant::now() < at) {
+                    // Woken for the lead try's deadline: it ends when next polled.
+                    continue;
+                }
                 hedge_at = None;
                 let Some(HedgePlan { started, .. }) = hedge_plan else { continue };
                 match cluster.poll_hedge(started, hedges_sent, &tries.tried) {
                     Some(Ok(())) => {
                         let last = attempts + 1 == config.max_attempts;
-                        if let Some(next) = tries.start(false, true, Strict::Yes, last).await {
-                            running.push(next);
+                        if tries.start(&mut running, false, true, Strict::Yes, last).await {
                             attempts += 1;
                             hedges_sent += 1;
                             // Asked again at once: it says when the next hedge, if any, is due.
@@ -197,8 +207,10 @@ pub async fn forward(
             && tries.may_retry(attempts, Some(&step), may_retry_failures)
         {
             let last = attempts + 1 == config.max_attempts;
-            if let Some(next) = tries.start(false, false, Strict::Yes, last).await {
-                running.push(next);
+            if tries
+                .start(&mut running, false, false, Strict::Yes, last)
+                .await
+            {
                 attempts += 1;
             }
         }
@@ -230,11 +242,17 @@ fn served(replica: Option<Authority>, tries: u32, hedged: bool) -> Served {
 /// it is a hedge.
 type TryFuture<'a> = Pin<Box<dyn Future<Output = (Step, bool)> + Send + 'a>>;
 
-/// The tries of one request in flight: one polled directly, the others (hedges, and retries
-/// sent beside a try that may be hung) in a `FuturesUnordered`. Most requests make a single
-/// try, which so never pays for that set's allocation and wake-up bookkeeping.
+/// The tries of one request in flight: one, the lead, polled directly, the others (hedges, and
+/// retries sent beside a try that may be hung) in a `FuturesUnordered`. Most requests make a
+/// single try, which so never pays for that set's allocation and wake-up bookkeeping.
+///
+/// The lead is polled whenever the request's task wakes, so it needs no timer of its own: it
+/// checks its deadline when polled, and the request's loop keeps one timer for the earlier of
+/// that deadline and the next hedge (two timers per request before). A try beside it is polled
+/// only when it is woken itself, so it keeps its own timer.
 struct Running<'a> {
-    lead: Option<TryFuture<'a>>,
+    /// The lead try, and its deadline.
+    lead: Option<(TryFuture<'a>, Instant)>,
     beside: FuturesUnordered<TryFuture<'a>>,
 }
 
@@ -252,16 +270,28 @@ impl<'a> Running<'a> {
         self.lead.is_none() && self.beside.is_empty()
     }
 
-    fn push(&mut self, next: TryFuture<'a>) {
-        match self.lead {
-            None => self.lead = Some(next),
-            Some(_) => self.beside.push(next),
+    /// Whether the next try pushed becomes the lead, watched by the request's timer.
+    fn next_is_lead(&self) -> bool {
+        self.lead.is_none()
+    }
+
+    /// Adds a try that must end by `deadline`: as the lead if there is none (see
+    /// [`Running::next_is_lead`]), else beside it.
+    fn push(&mut self, next: TryFuture<'a>, deadline: Instant) {
+        match self.next_is_lead() {
+            true => self.lead = Some((next, deadline)),
+            false => self.beside.push(next),
         }
+    }
+
+    /// The lead try's deadline, for the request's timer.
+    fn lead_deadline(&self) -> Option<Instant> {
+        self.lead.as_ref().map(|(_, deadline)| *deadline)
     }
 
     /// The next try to end, as `FuturesUnordered::poll_next`: `None` once none is running.
     fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<(Step, bool)>> {
-        if let Some(lead) = &mut self.lead
+        if let Some((lead, _)) = &mut self.lead
             && let Poll::Ready(ended) = lead.as_mut().poll(cx)
         {
             self.lead = None;
@@ -272,6 +302,25 @@ impl<'a> Running<'a> {
             polled => polled,
         }
     }
+}
+
+/// The earlier of two optional instants.
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// `send`'s output, or `None` if it has not ended when polled at or after `deadline`. It keeps
+/// no timer: whoever polls it must wake it by then (the request's loop does for its lead try).
+async fn until_deadline<F: Future>(deadline: Instant, mut send: Pin<&mut F>) -> Option<F::Output> {
+    std::future::poll_fn(|cx| match send.as_mut().poll(cx) {
+        Poll::Ready(output) => Poll::Ready(Some(output)),
+        Poll::Pending if Instant::now() >= deadline => Poll::Ready(None),
+        Poll::Pending => Poll::Pending,
+    })
+    .await
 }
 
 /// Sleeps until `at`; never ends if there is none.
@@ -299,25 +348,30 @@ struct Tries<'a> {
 }
 
 impl<'a> Tries<'a> {
-    /// Picks a replica and starts a try there (`strict`: only on a replica this request has not
-    /// tried; `hedge` labels it for the metrics); `None` when no replica is available or the
-    /// body cannot be sent again. `last` marks the last try the request may make, which takes
-    /// the headers instead of copying them.
+    /// Picks a replica and starts a try there, adding it to `running` (`strict`: only on a
+    /// replica this request has not tried; `hedge` labels it for the metrics); false when no
+    /// replica is available or the body cannot be sent again. `last` marks the last try the
+    /// request may make, which takes the headers instead of copying them.
     async fn start(
         &mut self,
+        running: &mut Running<'a>,
         first: bool,
         hedge: bool,
         strict: Strict,
         last: bool,
-    ) -> Option<TryFuture<'a>> {
-        let body = self.body.for_try()?;
+    ) -> bool {
+        let Some(body) = self.body.for_try() else {
+            return false;
+        };
         let attempt = Attempt {
             first,
             plan_hedge: first && self.hedgeable,
             exclude: &self.tried,
             strict,
         };
-        let chosen = self.cluster.pick(self.worker, attempt).await?;
+        let Some(chosen) = self.cluster.pick(self.worker, attempt).await else {
+            return false;
+        };
         self.hedge_plan = chosen.hedge;
         self.tried.push(chosen.replica);
         let headers = match last {
@@ -329,8 +383,14 @@ impl<'a> Tries<'a> {
         // The guard exists from the dispatch on, so the policy hears of this try's end even
         // if its future is dropped before it first runs.
         let guard = TryGuard::dispatched(self.cluster, &chosen, self.worker);
-        let step = one_try(guard, chosen.authority, upstream, self.deadline);
-        Some(Box::pin(async move { (step.await, hedge) }))
+        // At most `try_timeout`, and never past the request's deadline.
+        let now = Instant::now();
+        let try_timeout = self.cluster.config().try_timeout;
+        let deadline = now + try_timeout.min(self.deadline.saturating_duration_since(now));
+        let watched = running.next_is_lead();
+        let step = one_try(guard, chosen.authority, upstream, deadline, watched);
+        running.push(Box::pin(async move { (step.await, hedge) }), deadline);
+        true
     }
 
     /// Whether a request whose tries all failed, the last with `failure`, gets another.
@@ -402,22 +462,28 @@ impl Step {
     }
 }
 
+/// One try, which times out at `deadline`: by a timer of its own, or, when `watched`, by the
+/// request's timer (see [`Running`]).
 async fn one_try(
     mut guard: TryGuard,
     authority: Authority,
     upstream: Request<ProxyBody>,
     deadline: Instant,
+    watched: bool,
 ) -> Step {
     let cluster = Arc::clone(&guard.cluster);
-    let limit = cluster
-        .config()
-        .try_timeout
-        .min(deadline - Instant::now().min(deadline));
     let upstream_pool = cluster.upstream(guard.worker);
-    let send = upstream_pool.send(guard.replica, &authority, upstream);
-    let sent = tokio::time::timeout(limit, send).await;
+    let sent = {
+        // Pinned here, once: moved into either wrapper, it would be held twice in this future,
+        // which is copied whole when it is boxed.
+        let mut send = std::pin::pin!(upstream_pool.send(guard.replica, &authority, upstream));
+        match watched {
+            true => until_deadline(deadline, send.as_mut()).await,
+            false => tokio::time::timeout_at(deadline, send.as_mut()).await.ok(),
+        }
+    };
     let response = match sent {
-        Err(_) => {
+        None => {
             guard.outcome = Outcome::Timeout;
             let response = local_response(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n");
             return Step::Failed {
@@ -426,7 +492,7 @@ async fn one_try(
                 connect: false,
             };
         }
-        Ok(Err(error)) => {
+        Some(Err(error)) => {
             guard.outcome = Outcome::Error;
             tracing::debug!(cluster = cluster.name(), replica = %authority, %error, "try failed");
             let response = local_response(StatusCode::BAD_GATEWAY, "upstream unavailable\n");
@@ -436,7 +502,7 @@ async fn one_try(
                 connect: error.is_connect(),
             };
         }
-        Ok(Ok(response)) => response,
+        Some(Ok(response)) => response,
     };
     relay(response, guard, authority)
 }
