@@ -250,24 +250,18 @@ type TryFuture<'a> = Pin<Box<dyn Future<Output = (Step, bool)> + Send + 'a>>;
 /// checks its deadline when polled, and the request's loop keeps one timer for the earlier of
 /// that deadline and the next hedge (two timers per request before). A try beside it is polled
 /// only when it is woken itself, so it keeps its own timer.
+#[derive(Default)]
 struct Running<'a> {
     /// The lead try, and its deadline.
     lead: Option<(TryFuture<'a>, Instant)>,
-    beside: FuturesUnordered<TryFuture<'a>>,
-}
-
-impl Default for Running<'_> {
-    fn default() -> Self {
-        Running {
-            lead: None,
-            beside: FuturesUnordered::new(),
-        }
-    }
+    /// Made with the first try beside the lead: an empty `FuturesUnordered` already costs two
+    /// allocations.
+    beside: Option<FuturesUnordered<TryFuture<'a>>>,
 }
 
 impl<'a> Running<'a> {
     fn is_empty(&self) -> bool {
-        self.lead.is_none() && self.beside.is_empty()
+        self.lead.is_none() && self.beside.as_ref().is_none_or(FuturesUnordered::is_empty)
     }
 
     /// Whether the next try pushed becomes the lead, watched by the request's timer.
@@ -280,7 +274,7 @@ impl<'a> Running<'a> {
     fn push(&mut self, next: TryFuture<'a>, deadline: Instant) {
         match self.next_is_lead() {
             true => self.lead = Some((next, deadline)),
-            false => self.beside.push(next),
+            false => self.beside.get_or_insert_default().push(next),
         }
     }
 
@@ -297,7 +291,11 @@ impl<'a> Running<'a> {
             self.lead = None;
             return Poll::Ready(Some(ended));
         }
-        match self.beside.poll_next_unpin(cx) {
+        let polled = match &mut self.beside {
+            Some(beside) => beside.poll_next_unpin(cx),
+            None => Poll::Ready(None),
+        };
+        match polled {
             Poll::Ready(None) if self.lead.is_some() => Poll::Pending,
             polled => polled,
         }
