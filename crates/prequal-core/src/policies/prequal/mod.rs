@@ -262,21 +262,17 @@ impl BuildPolicy for Config {
                 format!("must be a finite number >= 0, got {}", self.latency_band),
             ));
         }
-        let concurrency = self.delay_concurrency;
-        if !(concurrency.is_finite() && concurrency > 0.0) {
-            return Err(ConfigError::invalid(
-                Self::INFO.name,
-                "delay_concurrency",
-                format!("must be a finite number > 0, got {concurrency}"),
-            ));
-        }
-        let power = self.delay_power;
-        if !(power.is_finite() && power > 0.0) {
-            return Err(ConfigError::invalid(
-                Self::INFO.name,
-                "delay_power",
-                format!("must be a finite number > 0, got {power}"),
-            ));
+        for (key, value) in [
+            ("delay_concurrency", self.delay_concurrency),
+            ("delay_power", self.delay_power),
+        ] {
+            if !(value.is_finite() && value > 0.0) {
+                return Err(ConfigError::invalid(
+                    Self::INFO.name,
+                    key,
+                    format!("must be a finite number > 0, got {value}"),
+                ));
+            }
         }
         let slowdown = self.max_cold_slowdown;
         if !(slowdown.is_finite() && (slowdown == 0.0 || slowdown >= 1.0)) {
