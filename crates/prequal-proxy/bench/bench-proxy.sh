@@ -24,6 +24,8 @@
 # POLICIES='prequal {name="prequal",probe_rate=2}'.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
+# shellcheck source=haproxy-config.sh
+source crates/prequal-proxy/bench/haproxy-config.sh
 
 DURATION=${DURATION:-15}
 RUNS=${RUNS:-3}
@@ -51,23 +53,7 @@ wait_port $B1; wait_port $B2
 cat >"$WORK/pace.lua" <<'LUA'
 function delay() return 10 end
 LUA
-cat >"$WORK/haproxy.cfg" <<CFG
-global
-    maxconn 4096
-defaults
-    mode http
-    timeout connect 1s
-    timeout client 30s
-    timeout server 30s
-frontend fe
-    bind 127.0.0.1:$HAPROXY
-    default_backend be
-backend be
-    balance roundrobin
-    http-reuse always
-    server s1 127.0.0.1:$B1
-    server s2 127.0.0.1:$B2
-CFG
+haproxy_config "$HAPROXY" "$B1" "$B2" >"$WORK/haproxy.cfg"
 
 NGINX_NAME=""
 if command -v nginx >/dev/null; then

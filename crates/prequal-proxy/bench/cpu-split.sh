@@ -8,6 +8,8 @@
 # Usage: crates/prequal-proxy/bench/cpu-split.sh [POLICY]   (env: DURATION=6 CONNS=32)
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
+# shellcheck source=haproxy-config.sh
+source crates/prequal-proxy/bench/haproxy-config.sh
 
 POLICY=${1:-round-robin}
 DURATION=${DURATION:-6}
@@ -30,23 +32,7 @@ wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/n
 "$TARGET/release/examples/bench_backend" "127.0.0.1:$B2" >/dev/null 2>&1 & PIDS+=($!)
 wait_port $B1; wait_port $B2
 
-cat >"$WORK/haproxy.cfg" <<CFG
-global
-    maxconn 4096
-defaults
-    mode http
-    timeout connect 1s
-    timeout client 30s
-    timeout server 30s
-frontend fe
-    bind 127.0.0.1:$HAPROXY
-    default_backend be
-backend be
-    balance roundrobin
-    http-reuse always
-    server s1 127.0.0.1:$B1
-    server s2 127.0.0.1:$B2
-CFG
+haproxy_config "$HAPROXY" "$B1" "$B2" >"$WORK/haproxy.cfg"
 
 # Prints one row for the process $2 serving on port $3, named $1.
 measure() {
