@@ -196,7 +196,12 @@ pub async fn forward(
                 cluster.metrics.hedges_won.inc();
             }
             // Dropping the tries still in flight cancels them.
-            return (response, served(Some(replica), attempts, hedge));
+            let served = Served {
+                replica: Some(replica),
+                tries: attempts,
+                hedged: hedge,
+            };
+            return (response, served);
         }
         // A failed try while others are still out: one of them may be hung (a black hole holds
         // it until `try_timeout`), so a retryable failure is retried at once beside them, on a
@@ -219,22 +224,17 @@ pub async fn forward(
     match failure {
         Some(step) => {
             let (response, replica) = step.into_parts();
-            (response, served(replica, attempts, false))
+            let served = Served {
+                replica,
+                tries: attempts,
+                hedged: false,
+            };
+            (response, served)
         }
         None if attempts == 0 => {
             unserved(StatusCode::SERVICE_UNAVAILABLE, "no replica available\n")
         }
         None => unserved(StatusCode::BAD_GATEWAY, "no try succeeded\n"),
-    }
-}
-
-/// What the access log says of a response's tries: the replica that answered (if one did), how
-/// many tries were sent and whether a hedge answered.
-fn served(replica: Option<Authority>, tries: u32, hedged: bool) -> Served {
-    Served {
-        replica,
-        tries,
-        hedged,
     }
 }
 
