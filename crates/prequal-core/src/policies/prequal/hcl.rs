@@ -477,7 +477,7 @@ impl Hcl {
     /// With 2 it is the delay the query adds in all, its own and that of the queries after it:
     /// at a single-server queue holding n queries on average, a query's own delay is the
     /// service time × (1 + n) and the total delay grows with the arrival rate at the service
-    /// time × (1 + n)² (docs/policies.md, "`delay_power`").
+    /// time × (1 + n)² (docs/policies.md, "Prequal in one page").
     pub fn with_delay_power(self, power: f64) -> Self {
         Self {
             delay_power: power,

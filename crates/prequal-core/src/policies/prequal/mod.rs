@@ -29,8 +29,9 @@
 //!   Our departure from the paper, on by default (`latency_band = 0` is the paper's rule): cold
 //!   replies within (1 + `latency_band`) × the lowest cold latency (default 2.5: 3.5 times) count as
 //!   equally fast, and among them the lowest expected delay wins: this client's recent latency
-//!   from the replica × (1 + RIF / `delay_concurrency`), default 2 (`band_ranks_by_delay`, on
-//!   by default; false ranks them by RIF alone). Also ours, on by default
+//!   from the replica × (1 + RIF / `delay_concurrency`), default 2, raised to `delay_power`
+//!   (default 1; 2 ranks by the delay the query adds in all) (`band_ranks_by_delay`, on by
+//!   default; false ranks them by RIF alone). Also ours, on by default
 //!   (`own_queries_raise_latency = false` is the paper's rule): the latency a reply is ranked
 //!   by grows in proportion to this client's queries sent on it that have not finished,
 //!   × (RIF + 1) / (RIF − those + 1), since the report described the replica before them
