@@ -102,6 +102,7 @@ impl Config {
             // The paper's pool: this rule is a baseline from its comparison.
             completions_lower_rif: false,
             reports_refresh_pool: false,
+            reports_replace_probes: false,
             max_idle: self.max_idle,
             probe_timeout: self.probe_timeout,
             aversion: Aversion {

@@ -143,6 +143,9 @@ pub struct Config {
     /// A piggybacked load report refreshes its replica's reply in the pool, default true (the
     /// paper's pool holds probe replies alone: false).
     pub reports_refresh_pool: bool,
+    /// Each piggybacked report that refreshed a reply spares one probe of the next query (never
+    /// its last), default false (`probe_rate` probes per query, as in the paper).
+    pub reports_replace_probes: bool,
     /// A reply's latency grows with this client's unfinished queries sent on it, default true
     /// (the paper's rule: false).
     pub own_queries_raise_latency: bool,
@@ -178,6 +181,7 @@ impl Default for Config {
             delay_power: params::DELAY_POWER,
             completions_lower_rif: params::COMPLETIONS_LOWER_RIF,
             reports_refresh_pool: params::REPORTS_REFRESH_POOL,
+            reports_replace_probes: params::REPORTS_REPLACE_PROBES,
             own_queries_raise_latency: params::OWN_QUERIES_RAISE_LATENCY,
             max_cold_slowdown: params::MAX_COLD_SLOWDOWN,
             max_idle: params::MAX_IDLE,
@@ -213,6 +217,7 @@ impl Config {
             remove_rate: self.remove_rate,
             completions_lower_rif: self.completions_lower_rif,
             reports_refresh_pool: self.reports_refresh_pool,
+            reports_replace_probes: self.reports_replace_probes,
             max_idle: self.max_idle,
             probe_timeout: self.probe_timeout,
             aversion: Aversion {
@@ -244,6 +249,7 @@ impl BuildPolicy for Config {
             params::DELAY_POWER_DOC,
             params::COMPLETIONS_LOWER_RIF_DOC,
             params::REPORTS_REFRESH_POOL_DOC,
+            params::REPORTS_REPLACE_PROBES_DOC,
             params::OWN_QUERIES_RAISE_LATENCY_DOC,
             params::MAX_COLD_SLOWDOWN_DOC,
             params::MAX_IDLE_DOC,

@@ -331,6 +331,50 @@ fn a_piggybacked_report_refreshes_the_pool_unless_the_paper_pool_is_asked_for() 
 }
 
 #[test]
+fn a_report_that_refreshed_the_pool_spares_one_probe_of_the_next_query_but_never_its_last() {
+    // Three probes per query. Each query's response carries a report from the replica it went
+    // to, whose reply is held: with `reports_replace_probes` that report spares one probe of the
+    // next query. Three
+    // more reports in a row bank at most three: the next query still sends one probe, and the
+    // one after it spends the last spared one. A report from a replica with no reply held (it
+    // refreshed nothing) spares none, nor does any report with `reports_replace_probes = false`
+    // (the default, and the paper's probe rate).
+    let probes_sent = |replace: bool| {
+        let config = Config {
+            remove_rate: 0.0,
+            reports_replace_probes: replace,
+            ..Config::default()
+        };
+        let mut p = policy(&config, 8);
+        let mut rng = rng(5);
+        let at = Time::from_millis(10);
+        for id in 0..4 {
+            p.on_probe_reply(&probe(id), &report(id, 10), at, &mut rng);
+        }
+        let mut sent = Vec::new();
+        for q in 0..3 {
+            let chosen = pick_id(&mut p, q, at, &mut rng);
+            sent.push(drop_probes(&mut p, &mut rng).len());
+            p.on_load_report(chosen, &report(0, 10), at);
+        }
+        for _ in 0..3 {
+            p.on_load_report(ReplicaId(0), &report(0, 10), at);
+        }
+        for q in 3..5 {
+            pick_id(&mut p, q, at, &mut rng);
+            sent.push(drop_probes(&mut p, &mut rng).len());
+        }
+        p.on_load_report(ReplicaId(7), &report(0, 10), at);
+        pick_id(&mut p, 5, at, &mut rng);
+        sent.push(drop_probes(&mut p, &mut rng).len());
+        sent
+    };
+    assert_eq!(probes_sent(true), vec![3, 2, 2, 1, 2, 3]);
+    assert_eq!(probes_sent(false), vec![3, 3, 3, 3, 3, 3]);
+    assert!(!Config::default().reports_replace_probes);
+}
+
+#[test]
 fn own_queries_raise_a_reply_latency_unless_the_paper_rule_is_asked_for() {
     // Replica 0 reports 10 ms at RIF 1, replica 1 14 ms at RIF 1 (latency alone decides). The
     // first query goes to replica 0; by default its reply now ranks at 10 × 3/2 = 15 ms, so

@@ -200,6 +200,9 @@ pub struct AsyncProbing<R: Rule> {
     /// `b_reuse` prepared for rounding each reply's budget.
     budget: RandomRound,
     next_idle_probe: Option<Time>,
+    /// Probes the next queries may leave out: one per piggybacked report that refreshed a
+    /// reply (`reports_replace_probes`), at most one query's worth.
+    spared_probes: u32,
     /// Set for good at the first failed query or probe. Until then no replica can be avoided
     /// (avoidance needs a failure), so ranking and the random fallback need not ask.
     failure_seen: bool,
@@ -228,6 +231,7 @@ impl<R: Rule> AsyncProbing<R> {
             next_probe_id: 0,
             remove_worst_next: false,
             next_idle_probe: None,
+            spared_probes: 0,
             failure_seen: false,
         }
     }
@@ -420,7 +424,12 @@ impl<R: Rule> Policy for AsyncProbing<R> {
             return Pick::NoReplica;
         }
         let count = self.probe_count.next_count();
-        self.queue_probes(count, now, rng);
+        // A report that refreshed the pool told as much as a probe would have; the last probe
+        // is always sent, since reports come only from replicas this client chose and the pool
+        // must keep sampling the others.
+        let spared = self.spared_probes.min(count.saturating_sub(1));
+        self.spared_probes -= spared;
+        self.queue_probes(count - spared, now, rng);
         // Using a reply changes neither the RIF history nor α, so one context serves the whole
         // decision. (With `own_queries_raise_latency` a use raises the chosen reply's ranked
         // latency, which can move the latency band's ceiling; the removal below still ranks
@@ -505,8 +514,12 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         self.pool.expire(now);
         if self.replicas.contains(replica) {
             self.rule.on_load_report(replica, report, now);
-            if self.params.reports_refresh_pool {
-                self.pool.refresh(replica, report, now);
+            if self.params.reports_refresh_pool
+                && self.pool.refresh(replica, report, now)
+                && self.params.reports_replace_probes
+            {
+                let most = self.params.probe_rate.ceil() as u32;
+                self.spared_probes = (self.spared_probes + 1).min(most);
             }
         }
     }

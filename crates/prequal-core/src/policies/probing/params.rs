@@ -43,6 +43,9 @@ pub const DELAY_POWER: f64 = 1.0;
 pub const COMPLETIONS_LOWER_RIF: bool = true;
 /// Default: a piggybacked load report refreshes its replica's reply in the pool.
 pub const REPORTS_REFRESH_POOL: bool = true;
+/// Default `reports_replace_probes`: every query sends `probe_rate` probes, whatever reports
+/// arrive.
+pub const REPORTS_REPLACE_PROBES: bool = false;
 /// Default for whether a pooled reply's latency grows with this client's unfinished queries
 /// sent on it: on, our addition (off is the paper's rule; docs/policies.md).
 pub const OWN_QUERIES_RAISE_LATENCY: bool = true;
@@ -160,6 +163,16 @@ pub const REPORTS_REFRESH_POOL_DOC: ParamDoc = ParamDoc {
           (those reports come only from replicas this client chose); false ignores them, as \
           the paper's pool holds probe replies alone",
 };
+/// `reports_replace_probes`.
+pub const REPORTS_REPLACE_PROBES_DOC: ParamDoc = ParamDoc {
+    key: "reports_replace_probes",
+    default: "false",
+    doc: "true: each piggybacked report that refreshed a reply in the pool \
+          (reports_refresh_pool) stands in for one probe of the next query, never its last, so \
+          with a report on every response a query sends about one probe fewer, at a small cost \
+          in balancing quality (docs/policies.md, \"Piggybacked reports\"); false sends \
+          probe_rate probes per query whatever arrives; no effect without piggybacking",
+};
 /// `own_queries_raise_latency`.
 pub const OWN_QUERIES_RAISE_LATENCY_DOC: ParamDoc = ParamDoc {
     key: "own_queries_raise_latency",
@@ -223,6 +236,8 @@ pub struct ProbingParams {
     /// Whether a piggybacked load report from a replica whose reply is held replaces that
     /// reply ([`Pool::refresh`](super::pool::Pool::refresh)).
     pub reports_refresh_pool: bool,
+    /// Whether such a refresh spares one probe of the next query (never its last).
+    pub reports_replace_probes: bool,
     /// Longest time without probing before an idle probe is sent.
     pub max_idle: Duration,
     /// How long a probe may take before the driver reports it failed.
