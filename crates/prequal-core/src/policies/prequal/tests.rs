@@ -334,14 +334,15 @@ fn a_piggybacked_report_refreshes_the_pool_unless_the_paper_pool_is_asked_for() 
 fn a_report_that_refreshed_the_pool_spares_one_probe_of_the_next_query_but_never_its_last() {
     // Three probes per query. Each query's response carries a report from the replica it went
     // to, whose reply is held: with `reports_replace_probes` that report spares one probe of the
-    // next query. Three
-    // more reports in a row bank at most three: the next query still sends one probe, and the
-    // one after it spends the last spared one. A report from a replica with no reply held (it
-    // refreshed nothing) spares none, nor does any report with `reports_replace_probes = false`
-    // (the default, and the paper's probe rate).
-    let probes_sent = |replace: bool| {
+    // next query. Three more reports in a row bank at most three: the next query still sends
+    // one probe, and the one after it spends the last spared one. A report from a replica with
+    // no reply held (it refreshed nothing) spares none, nor does any report with
+    // `reports_replace_probes = false` (the default, and the paper's probe rate), or when
+    // reports do not refresh the pool.
+    let probes_sent = |refresh: bool, replace: bool| {
         let config = Config {
             remove_rate: 0.0,
+            reports_refresh_pool: refresh,
             reports_replace_probes: replace,
             ..Config::default()
         };
@@ -369,8 +370,9 @@ fn a_report_that_refreshed_the_pool_spares_one_probe_of_the_next_query_but_never
         sent.push(drop_probes(&mut p, &mut rng).len());
         sent
     };
-    assert_eq!(probes_sent(true), vec![3, 2, 2, 1, 2, 3]);
-    assert_eq!(probes_sent(false), vec![3, 3, 3, 3, 3, 3]);
+    assert_eq!(probes_sent(true, true), vec![3, 2, 2, 1, 2, 3]);
+    assert_eq!(probes_sent(true, false), vec![3, 3, 3, 3, 3, 3]);
+    assert_eq!(probes_sent(false, true), vec![3, 3, 3, 3, 3, 3]);
     assert!(!Config::default().reports_replace_probes);
 }
 

@@ -423,7 +423,11 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         if self.replicas.is_empty() {
             return Pick::NoReplica;
         }
-        let count = self.probe_count.next_count();
+        // No more probes than replicas (each goes to a distinct one).
+        let count = self
+            .probe_count
+            .next_count()
+            .min(u32::try_from(self.replicas.len()).unwrap_or(u32::MAX));
         // A report that refreshed the pool told as much as a probe would have; the last probe
         // is always sent, since reports come only from replicas this client chose and the pool
         // must keep sampling the others.
@@ -519,7 +523,7 @@ impl<R: Rule> Policy for AsyncProbing<R> {
                 && self.params.reports_replace_probes
             {
                 let most = self.params.probe_rate.ceil() as u32;
-                self.spared_probes = (self.spared_probes + 1).min(most);
+                self.spared_probes = self.spared_probes.saturating_add(1).min(most);
             }
         }
     }
