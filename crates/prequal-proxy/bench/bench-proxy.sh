@@ -24,8 +24,8 @@
 # POLICIES='prequal {name="prequal",probe_rate=2}'.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-# shellcheck source=haproxy-config.sh
-source crates/prequal-proxy/bench/haproxy-config.sh
+# shellcheck source=common.sh
+source crates/prequal-proxy/bench/common.sh
 
 DURATION=${DURATION:-15}
 RUNS=${RUNS:-3}
@@ -33,17 +33,12 @@ CONNS=${CONNS:-32}
 POLICIES=${POLICIES:-"prequal round-robin"}
 TARGET=${CARGO_TARGET_DIR:-target}
 B1=19101 B2=19102 PROXY=19180 HAPROXY=19181 ADMIN=19182 NGINX=19183
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
-trap cleanup EXIT
 
 for tool in wrk haproxy curl; do
     command -v "$tool" >/dev/null || { echo "missing $tool: apt-get install -y wrk haproxy curl" >&2; exit 1; }
 done
 cargo build --release -q -p prequal-proxy --example bench_backend --example zero_config
 
-wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
 start() { "$@" >"$WORK/log.$BASHPID.$RANDOM" 2>&1 & PIDS+=($!); LAST=$!; }
 
 start "$TARGET/release/examples/bench_backend" "127.0.0.1:$B1"

@@ -8,23 +8,20 @@
 # Usage: crates/prequal-proxy/bench/callgrind-proxy.sh [POLICY]   (env: DURATION=10s CONNS=8)
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
+# shellcheck source=common.sh
+source crates/prequal-proxy/bench/common.sh
 
 POLICY=${1:-round-robin}
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-8}
 TARGET=${CARGO_TARGET_DIR:-target}
 B1=19201 B2=19202 PROXY=19280
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
-trap cleanup EXIT
 
 for tool in valgrind wrk; do
     command -v "$tool" >/dev/null || { echo "missing $tool: apt-get install -y valgrind wrk" >&2; exit 1; }
 done
 cargo build --release -q -p prequal-proxy --example bench_backend --example zero_config
 
-wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
 
 "$TARGET/release/examples/bench_backend" "127.0.0.1:$B1" >/dev/null 2>&1 & PIDS+=($!)
 "$TARGET/release/examples/bench_backend" "127.0.0.1:$B2" >/dev/null 2>&1 & PIDS+=($!)
@@ -32,7 +29,7 @@ PREQUAL_WORKERS=1 valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrin
     "$TARGET/release/examples/zero_config" "127.0.0.1:$PROXY" "$POLICY" "127.0.0.1:$B1" "127.0.0.1:$B2" \
     >"$WORK/proxy.log" 2>&1 &
 proxy=$!
-wait_port $B1; wait_port $B2; wait_port $PROXY
+wait_port $B1; wait_port $B2; wait_port $PROXY 200
 wrk -t1 -c"$CONNS" -d"$DURATION" "http://127.0.0.1:$PROXY/" >"$WORK/wrk.txt"
 # SIGINT: the proxy drains and exits, and callgrind writes its counts.
 kill -INT "$proxy"; wait "$proxy" || true

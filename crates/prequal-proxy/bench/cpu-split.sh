@@ -8,25 +8,20 @@
 # Usage: crates/prequal-proxy/bench/cpu-split.sh [POLICY]   (env: DURATION=6 CONNS=32)
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-# shellcheck source=haproxy-config.sh
-source crates/prequal-proxy/bench/haproxy-config.sh
+# shellcheck source=common.sh
+source crates/prequal-proxy/bench/common.sh
 
 POLICY=${1:-round-robin}
 DURATION=${DURATION:-6}
 CONNS=${CONNS:-32}
 TARGET=${CARGO_TARGET_DIR:-target}
 B1=19301 B2=19302 PROXY=19380 HAPROXY=19381
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
-trap cleanup EXIT
 
 for tool in wrk haproxy perf; do
     command -v "$tool" >/dev/null || { echo "missing $tool: apt-get install -y wrk haproxy linux-perf" >&2; exit 1; }
 done
 cargo build --release -q -p prequal-proxy --example bench_backend --example zero_config
 
-wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
 
 "$TARGET/release/examples/bench_backend" "127.0.0.1:$B1" >/dev/null 2>&1 & PIDS+=($!)
 "$TARGET/release/examples/bench_backend" "127.0.0.1:$B2" >/dev/null 2>&1 & PIDS+=($!)

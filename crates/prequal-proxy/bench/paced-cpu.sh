@@ -13,6 +13,8 @@
 # interleave them to see the machine's noise. Needs wrk and curl.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
+# shellcheck source=common.sh
+source crates/prequal-proxy/bench/common.sh
 DURATION=${DURATION:-10}
 CONNS=${CONNS:-40}
 REPLICAS=${REPLICAS:-4}
@@ -22,12 +24,7 @@ PROXY=19480 ADMIN=19482 FIRST=19401
 for tool in wrk curl; do
     command -v "$tool" >/dev/null || { echo "missing $tool: apt-get install -y wrk curl" >&2; exit 1; }
 done
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
-trap cleanup EXIT
 cargo build --release -q -p prequal-proxy --example bench_backend --example zero_config
-wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
 cat >"$WORK/pace.lua" <<'LUA'
 function delay() return 10 end
 LUA

@@ -1,0 +1,46 @@
+# Sourced by the proxy benchmarks, from the repository's root: a scratch directory ($WORK) and
+# the processes started ($PIDS), both cleaned up on exit; wait_port; and the HAProxy config
+# they compare with.
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+# wait_port PORT [TENTHS]: waits until something listens on 127.0.0.1:PORT, at most TENTHS
+# tenths of a second (default 100), else exits.
+wait_port() {
+    local tries=${2:-100}
+    for _ in $(seq "$tries"); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "port $1 never opened" >&2
+    exit 1
+}
+
+# haproxy_config LISTEN_PORT BACKEND_PORT... prints the HAProxy the benchmarks compare with:
+# HTTP round robin over the backends on 127.0.0.1, upstream connections reused
+# (`http-reuse always`), its default of one thread per core.
+haproxy_config() {
+    local listen=$1 port n=0
+    shift
+    cat <<CFG
+global
+    maxconn 4096
+defaults
+    mode http
+    timeout connect 1s
+    timeout client 30s
+    timeout server 30s
+frontend fe
+    bind 127.0.0.1:$listen
+    default_backend be
+backend be
+    balance roundrobin
+    http-reuse always
+CFG
+    for port in "$@"; do
+        n=$((n + 1))
+        echo "    server s$n 127.0.0.1:$port"
+    done
+}
