@@ -272,9 +272,10 @@ impl<'a> Running<'a> {
     /// Adds a try that must end by `deadline`: as the lead if there is none (see
     /// [`Running::next_is_lead`]), else beside it.
     fn push(&mut self, next: TryFuture<'a>, deadline: Instant) {
-        match self.next_is_lead() {
-            true => self.lead = Some((next, deadline)),
-            false => self.beside.get_or_insert_default().push(next),
+        if self.next_is_lead() {
+            self.lead = Some((next, deadline));
+        } else {
+            self.beside.get_or_insert_default().push(next);
         }
     }
 
@@ -475,9 +476,10 @@ async fn one_try(
         // Pinned here, once: moved into either wrapper, it would be held twice in this future,
         // which is copied whole when it is boxed.
         let mut send = std::pin::pin!(upstream_pool.send(guard.replica, &authority, upstream));
-        match watched {
-            true => until_deadline(deadline, send.as_mut()).await,
-            false => tokio::time::timeout_at(deadline, send.as_mut()).await.ok(),
+        if watched {
+            until_deadline(deadline, send.as_mut()).await
+        } else {
+            tokio::time::timeout_at(deadline, send.as_mut()).await.ok()
         }
     };
     let response = match sent {
