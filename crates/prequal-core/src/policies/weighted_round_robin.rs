@@ -136,17 +136,23 @@ impl BuildPolicy for Config {
     }
 }
 
-/// One replica's reports, weight and schedule counter.
+/// One replica's reports and load.
 #[derive(Clone, Debug, Default)]
 struct ReplicaState {
     /// Smoothed weight from usable reports, and when the last one arrived.
     smoothed: Option<(f64, Time)>,
+    last_probe: Option<ProbeId>,
+    load: LocalLoad,
+}
+
+/// One replica's place in the schedule, apart from the rest of its state so that a pick,
+/// which reads every replica's, walks one small contiguous array.
+#[derive(Clone, Copy, Debug, Default)]
+struct Counter {
     /// The weight the scheduler uses until the next recompute.
     effective: f64,
     /// Smooth-WRR counter.
     current: f64,
-    last_probe: Option<ProbeId>,
-    load: LocalLoad,
 }
 
 /// Smooth weighted round robin on reported qps / utilisation. See the module docs.
@@ -154,10 +160,15 @@ struct ReplicaState {
 pub struct WeightedRoundRobin {
     config: Config,
     replicas: Replicas<ReplicaState>,
+    /// The same replicas' schedule counters, in the same order.
+    schedule: Replicas<Counter>,
     poller: Poller,
     next_update: Option<Time>,
     /// Whether the first pick has randomised the schedule's phase yet.
     phased: bool,
+    /// The effective weights' sum, in replica order: every pick adds it back to the counters,
+    /// and it changes only with the weights, so it is summed when they change, not per pick.
+    total: f64,
 }
 
 impl WeightedRoundRobin {
@@ -165,9 +176,11 @@ impl WeightedRoundRobin {
     pub fn new(config: Config) -> Self {
         Self {
             replicas: Replicas::new(),
+            schedule: Replicas::new(),
             poller: Poller::new(config.poll_interval),
             next_update: None,
             phased: false,
+            total: 0.0,
             config,
         }
     }
@@ -177,16 +190,25 @@ impl WeightedRoundRobin {
     /// replica at the same moment.
     fn randomise_phase(&mut self, rng: &mut dyn RngCore) {
         self.phased = true;
-        let n = self.replicas.len();
+        let n = self.schedule.len();
         if n == 0 {
             return;
         }
-        let total: f64 = self.replicas.iter().map(|(_, s)| s.effective).sum();
+        let total: f64 = self.schedule.iter().map(|(_, s)| s.effective).sum();
         let draws: Vec<f64> = (0..n).map(|_| rng.random::<f64>()).collect();
         let mean = draws.iter().sum::<f64>() / n as f64;
         for (i, draw) in draws.into_iter().enumerate() {
-            self.replicas.at_mut(i).current = (draw - mean) * total;
+            self.schedule.at_mut(i).current = (draw - mean) * total;
         }
+    }
+
+    /// Sums the effective weights again (after any of them changed), in replica order as a
+    /// pick used to, so the counters move exactly as before.
+    fn sum_weights(&mut self) {
+        self.total = self
+            .schedule
+            .iter()
+            .fold(0.0, |total, (_, s)| total + s.effective);
     }
 
     /// The weight a report implies, or `None` when it lacks what the formula needs.
@@ -240,9 +262,10 @@ impl WeightedRoundRobin {
         } else {
             sum / f64::from(count)
         };
-        for (_, state) in self.replicas.iter_mut() {
-            state.effective = fresh(state).unwrap_or(mean);
+        for ((_, state), (_, counter)) in self.replicas.iter().zip(self.schedule.iter_mut()) {
+            counter.effective = fresh(state).unwrap_or(mean);
         }
+        self.sum_weights();
         tracing::trace!(
             now_ns = now.as_nanos(),
             fresh = count,
@@ -252,11 +275,11 @@ impl WeightedRoundRobin {
     }
 
     fn mean_effective(&self) -> f64 {
-        let n = self.replicas.len();
+        let n = self.schedule.len();
         if n == 0 {
             return 1.0;
         }
-        self.replicas.iter().map(|(_, s)| s.effective).sum::<f64>() / n as f64
+        self.schedule.iter().map(|(_, s)| s.effective).sum::<f64>() / n as f64
     }
 
     fn queue_poll(&mut self, replica: ReplicaId) {
@@ -275,13 +298,15 @@ impl Policy for WeightedRoundRobin {
     fn on_replica_change(&mut self, change: ReplicaChange, now: Time) {
         // A newcomer starts at the mean weight: the best guess until its reports come in.
         let effective = self.mean_effective();
-        let changed = self.replicas.apply(change, || ReplicaState {
-            effective,
-            ..ReplicaState::default()
-        });
+        let changed = self.replicas.apply(change, ReplicaState::default);
         if !changed {
             return;
         }
+        self.schedule.apply(change, || Counter {
+            effective,
+            current: 0.0,
+        });
+        self.sum_weights();
         match change {
             // A newcomer is polled at once rather than at the next round.
             ReplicaChange::Insert(id) => self.queue_poll(id),
@@ -301,24 +326,22 @@ impl Policy for WeightedRoundRobin {
         if !self.phased {
             self.randomise_phase(rng);
         }
-        let mut total = 0.0;
+        let total = self.total;
         let mut best: Option<(usize, f64)> = None;
-        for i in 0..self.replicas.len() {
-            let state = self.replicas.at_mut(i);
-            state.current += state.effective;
-            total += state.effective;
+        for (i, (_, counter)) in self.schedule.iter_mut().enumerate() {
+            counter.current += counter.effective;
             // Strictly greater, so ties go to the lowest id.
-            if best.is_none_or(|(_, top)| state.current > top) {
-                best = Some((i, state.current));
+            if best.is_none_or(|(_, top)| counter.current > top) {
+                best = Some((i, counter.current));
             }
         }
         let Some((best, _)) = best else {
             return Pick::NoReplica;
         };
-        let state = self.replicas.at_mut(best);
-        state.current -= total;
-        let id = self.replicas.id_at(best);
-        tracing::trace!(replica = %id, weight = self.replicas.at(best).effective, total, "wrr pick");
+        let counter = self.schedule.at_mut(best);
+        counter.current -= total;
+        let id = self.schedule.id_at(best);
+        tracing::trace!(replica = %id, weight = self.schedule.at(best).effective, total, "wrr pick");
         Pick::Replica(id)
     }
 
@@ -382,7 +405,8 @@ impl Policy for WeightedRoundRobin {
             replicas: self
                 .replicas
                 .iter()
-                .map(|(id, s)| s.load.view(id, Some(s.effective)))
+                .zip(self.schedule.iter())
+                .map(|((id, s), (_, counter))| s.load.view(id, Some(counter.effective)))
                 .collect(),
             values: vec![("mean_weight", self.mean_effective())],
             ..Snapshot::default()
