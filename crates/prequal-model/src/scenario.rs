@@ -27,12 +27,12 @@ pub use self::balancer::BalancerKeys;
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {
     /// The file could not be read.
-    #[error("{path}: cannot read: {source}")]
+    #[error("{path}: cannot read: {error}")]
     Io {
         /// The file.
         path: String,
-        /// Why.
-        source: std::io::Error,
+        /// Why (in the message already, so not chained as a cause: it would print twice).
+        error: std::io::Error,
     },
     /// The TOML did not parse or did not fit the format (toml's message names line and key).
     #[error("{path}: {message}")]
@@ -43,12 +43,12 @@ pub enum ScenarioError {
         message: String,
     },
     /// A value was out of range or inconsistent.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Invalid {
         /// The file.
         path: String,
-        /// The key and what was wrong.
-        source: ModelError,
+        /// The key and what was wrong (in the message already, so not chained as a cause).
+        error: ModelError,
     },
 }
 
@@ -455,10 +455,7 @@ impl Scenario {
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         scenario
             .compile(&base)
-            .map_err(|source| ScenarioError::Invalid {
-                path: label,
-                source,
-            })
+            .map_err(|error| ScenarioError::Invalid { path: label, error })
     }
 
     /// Reads, parses and validates a scenario file.
@@ -471,9 +468,9 @@ impl Scenario {
         path: &Path,
         adjust: impl FnOnce(&mut Scenario),
     ) -> Result<Compiled, ScenarioError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io {
+        let text = std::fs::read_to_string(path).map_err(|error| ScenarioError::Io {
             path: path.display().to_string(),
-            source,
+            error,
         })?;
         Self::parse_adjusted(&text, path, adjust)
     }

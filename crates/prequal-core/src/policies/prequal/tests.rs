@@ -746,6 +746,14 @@ fn config_rejects_out_of_range_values_by_key() {
             "pool_size",
         ),
         (
+            // A pool this large would take gigabytes up front (a config reload must reject it).
+            Config {
+                pool_size: u32::MAX,
+                ..Config::default()
+            },
+            "pool_size",
+        ),
+        (
             Config {
                 probe_rate: -1.0,
                 ..Config::default()

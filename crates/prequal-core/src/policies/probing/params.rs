@@ -69,11 +69,14 @@ pub const PROBE_RATE_DOC: ParamDoc = ParamDoc {
     doc: "probes sent per query (r_probe), > 0 and above remove_rate; fractional values round \
           deterministically, so 0.5 means one probe every other query",
 };
+/// The largest `pool_size` accepted.
+pub const MAX_POOL_SIZE: u32 = 4096;
+
 /// `pool_size`.
 pub const POOL_SIZE_DOC: ParamDoc = ParamDoc {
     key: "pool_size",
     default: "16",
-    doc: "most probe replies kept (m), >= 1; a new reply evicts the oldest",
+    doc: "most probe replies kept (m), 1 to 4096; a new reply evicts the oldest",
 };
 /// `pool_share`.
 pub const POOL_SHARE_DOC: ParamDoc = ParamDoc {
@@ -257,6 +260,11 @@ impl ProbingParams {
         }
         if self.pool_size == 0 {
             return bad("pool_size", "must be at least 1");
+        }
+        if self.pool_size > MAX_POOL_SIZE {
+            // Every pick ranks the whole pool, and a pool holds one reply per replica: a larger
+            // pool only costs memory and time.
+            return bad("pool_size", &format!("must be at most {MAX_POOL_SIZE}"));
         }
         if !(self.pool_share > 0.0 && self.pool_share <= 1.0) {
             return bad("pool_share", "must be above 0 and at most 1");

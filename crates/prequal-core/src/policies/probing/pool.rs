@@ -119,7 +119,8 @@ impl Pool {
     pub fn new(capacity: usize, max_age: Duration) -> Self {
         let capacity = capacity.max(1);
         Self {
-            entries: VecDeque::with_capacity(capacity),
+            // Room for a typical pool up front; a larger one grows as replies come.
+            entries: VecDeque::with_capacity(capacity.min(64)),
             held: Vec::new(),
             capacity,
             max_age,
