@@ -49,7 +49,7 @@ use crate::access_log::Served;
 use crate::body::{ProxyBody, full};
 use crate::cluster::{Attempt, Cluster, HedgePlan, Strict};
 use crate::headers::{ClientHop, Direction, add_forwarding, strip_hop_by_hop};
-use crate::replay::RequestBody;
+use crate::replay::{ClientFailed, RequestBody};
 use crate::try_guard::TryGuard;
 use crate::upstream::UpstreamBody;
 
@@ -387,7 +387,14 @@ impl<'a> Tries<'a> {
         let try_timeout = self.cluster.config().try_timeout;
         let deadline = now + try_timeout.min(self.deadline.saturating_duration_since(now));
         let watched = running.next_is_lead();
-        let step = one_try(guard, chosen.authority, upstream, deadline, watched);
+        let client_failed = self.body.client_failed().cloned();
+        let step = one_try(
+            guard,
+            chosen.authority,
+            upstream,
+            (deadline, watched),
+            client_failed,
+        );
         running.push(Box::pin(async move { (step.await, hedge) }), deadline);
         true
     }
@@ -462,13 +469,15 @@ impl Step {
 }
 
 /// One try, which times out at `deadline`: by a timer of its own, or, when `watched`, by the
-/// request's timer (see [`Running`]).
+/// request's timer (see [`Running`]). `client_failed` is set if the request body it streams
+/// fails on the client's side: the try then fails as the client's fault (400), and the
+/// replica is not charged.
 async fn one_try(
     mut guard: TryGuard,
     authority: Authority,
     upstream: Request<ProxyBody>,
-    deadline: Instant,
-    watched: bool,
+    (deadline, watched): (Instant, bool),
+    client_failed: Option<ClientFailed>,
 ) -> Step {
     let cluster = Arc::clone(&guard.cluster);
     let upstream_pool = cluster.upstream(guard.worker);
@@ -486,6 +495,19 @@ async fn one_try(
         None => {
             guard.outcome = Outcome::Timeout;
             let response = local_response(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n");
+            return Step::Failed {
+                response,
+                replica: None,
+                connect: false,
+            };
+        }
+        Some(Err(error)) if client_failed.as_ref().is_some_and(ClientFailed::is_set) => {
+            // The client's body broke (a malformed chunk, too many bytes, the client gone):
+            // nothing says the replica did anything wrong.
+            guard.outcome = Outcome::Cancelled;
+            tracing::debug!(cluster = cluster.name(), replica = %authority, %error, "request body failed");
+            let response =
+                local_response(StatusCode::BAD_REQUEST, "request body could not be read\n");
             return Step::Failed {
                 response,
                 replica: None,

@@ -8,6 +8,11 @@
 //! sending anything would deadlock a streaming exchange (a gRPC bidirectional stream sends a
 //! message, then waits for the answer before sending the next).
 
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+
 use bytes::Bytes;
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
@@ -25,8 +30,22 @@ pub enum RequestBody {
         /// Trailers, if the client sent any.
         trailers: Option<HeaderMap>,
     },
-    /// Streamed to the first try; `None` once that try has taken it.
-    Streamed(Option<ProxyBody>),
+    /// Streamed to the first try (`None` once that try has taken it), with a flag set if the
+    /// client's body fails on the way ([`RequestBody::client_failed`]).
+    Streamed(Option<ProxyBody>, ClientFailed),
+}
+
+/// Set once a streamed request body failed on the client's side (a malformed chunk, more
+/// bytes than allowed, the client gone), so that the try sending it fails as the client's
+/// fault, not the replica's.
+#[derive(Clone, Debug, Default)]
+pub struct ClientFailed(Arc<AtomicBool>);
+
+impl ClientFailed {
+    /// Whether the client's body failed.
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 impl RequestBody {
@@ -60,9 +79,14 @@ impl RequestBody {
                     trailers,
                 })
             }
-            _ => Ok(RequestBody::Streamed(Some(
-                Limited::new(body, max).boxed_unsync(),
-            ))),
+            _ => {
+                let failed = ClientFailed::default();
+                let body = Watched {
+                    inner: Limited::new(body, max).boxed_unsync(),
+                    failed: failed.clone(),
+                };
+                Ok(RequestBody::Streamed(Some(body.boxed_unsync()), failed))
+            }
         }
     }
 
@@ -84,8 +108,46 @@ impl RequestBody {
                 }
                 .boxed_unsync(),
             ),
-            RequestBody::Streamed(stream) => stream.take(),
+            RequestBody::Streamed(stream, _) => stream.take(),
         }
+    }
+
+    /// For a streamed body, the flag that says whether the client's side of it failed.
+    pub fn client_failed(&self) -> Option<&ClientFailed> {
+        match self {
+            RequestBody::Streamed(_, failed) => Some(failed),
+            RequestBody::Replayable { .. } => None,
+        }
+    }
+}
+
+/// A streamed request body that sets its [`ClientFailed`] flag when it fails.
+struct Watched {
+    inner: ProxyBody,
+    failed: ClientFailed,
+}
+
+impl Body for Watched {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Err(_))) = &polled {
+            self.failed.0.store(true, Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 

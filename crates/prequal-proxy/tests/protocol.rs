@@ -73,6 +73,42 @@ async fn connect_is_refused() {
     assert_eq!(backend.hits(), 0);
 }
 
+/// A client whose streamed body is malformed gets a 400, and the replica it was streamed to
+/// is not blamed: many such requests do not eject a healthy replica.
+#[tokio::test]
+async fn a_malformed_request_body_is_the_clients_fault_not_the_replicas() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let backend = Backend::start().await;
+    let proxy = start_proxy(&config_text(&[&backend], Proto::H1, "\"round-robin\"", "")).await;
+    for _ in 0..10 {
+        let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+        // A chunk size that is not hexadecimal.
+        stream
+            .write_all(b"POST /x HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n")
+            .await
+            .unwrap();
+        let mut head = [0u8; 12];
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            stream.read_exact(&mut head),
+        )
+        .await
+        .expect("an answer within 10 s")
+        .unwrap();
+        assert_eq!(&head, b"HTTP/1.1 400", "{}", String::from_utf8_lossy(&head));
+    }
+    let (status, _) = get(&client(Proto::H1), proxy.addr, "/").await;
+    assert_eq!(status, 200);
+    let metrics = get(&client_again(Proto::H1), proxy.admin, "/metrics")
+        .await
+        .1;
+    assert_eq!(
+        metric(&metrics, "prequal_proxy_ejected_replicas{cluster=\"test\"}"),
+        0.0,
+        "{metrics}"
+    );
+}
+
 async fn forwarding_headers(proto: Proto) {
     let backend = Backend::start().await;
     let proxy = start_proxy(&config_text(&[&backend], proto, "\"round-robin\"", "")).await;
