@@ -366,6 +366,26 @@ async fn queries_past_the_in_flight_bound_are_not_sent() {
     assert_counts_add_up(&report, &seconds);
 }
 
+/// A rate far beyond what the generator can send does not keep it running for as long as the
+/// backlog would take: once it is more than the timeout behind, it stops and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_beyond_the_sender_stops_once_it_is_a_timeout_behind() {
+    let server = serve(Behaviour {
+        silent: true,
+        ..Behaviour::default()
+    })
+    .await;
+    // A hundred billion queries in 0.2 s: years of sending at any real rate.
+    let mut spec = spec(vec![server.uri()], constant(5e11, 0.2));
+    spec.timeout = Duration::from_millis(300);
+    spec.max_in_flight = 4;
+    let (report, seconds) = run(&spec).await;
+    assert!(report.fell_behind);
+    assert!(report.stopped_early);
+    assert!(report.sent + report.not_sent < 100_000_000_000);
+    assert_counts_add_up(&report, &seconds);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_ends_the_load_early_with_a_report() {
     let server = serve(Behaviour::default()).await;

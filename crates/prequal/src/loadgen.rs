@@ -176,7 +176,10 @@ fn summary(r: &LoadReport) -> String {
         r.sent,
         r.not_sent,
         r.max_send_lag_ms,
-        if r.stopped_early {
+        if r.fell_behind {
+            " (stopped early: the sender fell more than the timeout behind the schedule; \
+             lower the rate)"
+        } else if r.stopped_early {
             " (stopped early)"
         } else {
             ""

@@ -22,6 +22,9 @@ pub struct LoadReport {
     pub duration_s: f64,
     /// Whether the run was stopped before the schedule ended.
     pub stopped_early: bool,
+    /// Whether it stopped because the sender fell more than `timeout` behind the schedule:
+    /// the rate was more than this machine could send.
+    pub fell_behind: bool,
     /// Successful responses (status below 400).
     pub successes: u64,
     /// Error responses (4xx and 5xx) and transport failures, not counting `not_sent`.

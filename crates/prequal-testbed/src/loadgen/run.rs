@@ -42,8 +42,9 @@ enum Event {
         latency: Duration,
         answer: Option<Answer>,
     },
-    /// The schedule ended or the run was stopped; no more queries will be sent.
-    Finished { stopped: bool },
+    /// The schedule ended or the run was stopped; no more queries will be sent. `fell_behind`:
+    /// stopped because the sender fell more than the timeout behind the schedule.
+    Finished { stopped: bool, fell_behind: bool },
 }
 
 /// Runs the load described by `spec`: waits for `start_at`, sends the whole schedule (or until
@@ -81,6 +82,7 @@ pub async fn run(
         max_in_flight: spec.max_in_flight,
         in_flight: Arc::new(AtomicUsize::new(0)),
         t0,
+        give_up: t0 + schedule_end(spec).saturating_add(spec.timeout),
         events,
     };
     tokio::spawn(sender.send_all(schedule, cancelled));
@@ -96,8 +98,9 @@ pub async fn run(
             }
             _ = tick.tick() => collector.emit(t0, false, on_second),
             event = inbox.recv() => match event {
-                Some(Event::Finished { stopped }) => {
+                Some(Event::Finished { stopped, fell_behind }) => {
                     collector.stopped |= stopped;
+                    collector.report.fell_behind = fell_behind;
                     drain = Some(Instant::now() + spec.timeout + DRAIN_GRACE);
                 }
                 Some(event) => collector.handle(event),
@@ -109,6 +112,13 @@ pub async fn run(
     collector.abandon();
     collector.emit(t0, true, on_second);
     Ok(collector.report(t0.elapsed()))
+}
+
+/// When the schedule ends, from t=0.
+fn schedule_end(spec: &LoadSpec) -> Duration {
+    spec.phases
+        .last()
+        .map_or(Duration::ZERO, |p| Duration::from_nanos(p.end.as_nanos()))
 }
 
 async fn sleep_until_some(deadline: Option<Instant>) {
@@ -127,13 +137,16 @@ struct Sender {
     max_in_flight: usize,
     in_flight: Arc<AtomicUsize>,
     t0: Instant,
+    /// The end of the schedule plus the timeout: a sender still behind it cannot keep up with
+    /// the rate, and stops rather than run on for as long as the backlog would take.
+    give_up: Instant,
     events: mpsc::UnboundedSender<Event>,
 }
 
 impl Sender {
     async fn send_all(self, schedule: Schedule, mut cancelled: watch::Receiver<bool>) {
         let mut burst = 0;
-        let mut stopped = false;
+        let (mut stopped, mut fell_behind) = (false, false);
         for (id, issued) in (0u64..).zip(schedule) {
             let due = self.t0 + Duration::from_nanos(issued.as_nanos());
             if due > Instant::now() {
@@ -147,6 +160,14 @@ impl Sender {
                 if burst >= BURST {
                     burst = 0;
                     tokio::task::yield_now().await;
+                    if Instant::now() > self.give_up {
+                        tracing::warn!(
+                            "the load generator fell more than the timeout behind its schedule \
+                             and stopped sending: the rate is more than it can send"
+                        );
+                        (stopped, fell_behind) = (true, true);
+                        break;
+                    }
                 }
             }
             if *cancelled.borrow() || self.events.is_closed() {
@@ -155,7 +176,10 @@ impl Sender {
             }
             self.send(id, issued, due);
         }
-        let _ = self.events.send(Event::Finished { stopped });
+        let _ = self.events.send(Event::Finished {
+            stopped,
+            fell_behind,
+        });
     }
 
     fn send(&self, id: u64, issued: Time, due: Instant) {
@@ -214,6 +238,7 @@ impl Collector {
             targets: spec.targets.iter().map(Uri::to_string).collect(),
             duration_s: 0.0,
             stopped_early: false,
+            fell_behind: false,
             successes: 0,
             errors: 0,
             timeouts: 0,
