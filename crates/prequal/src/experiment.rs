@@ -50,9 +50,11 @@ pub struct Args {
 /// Runs `prequal experiment`.
 pub fn run(args: &Args) -> Result<()> {
     let compiled = crate::sim::load(&args.scenario, args.seed, args.time_scale)?;
-    let out = args.out.clone().unwrap_or_else(|| {
-        PathBuf::from("reports").join(format!("{}-live", compiled.scenario.name))
-    });
+    let (out, name) = (args.out.as_deref(), &compiled.scenario.name);
+    let out = match args.dry_run {
+        true => crate::sim::report_path(out, name, "-live"),
+        false => crate::sim::report_dir(out, name, "-live")?,
+    };
     let options = Options {
         out,
         prequal_exe: std::env::current_exe().context("finding the prequal executable")?,

@@ -93,6 +93,39 @@ pub fn run_plans(compiled: &Compiled, plans: &[RunPlan]) -> Result<Report> {
     Ok(report)
 }
 
+/// The directory a report goes to: `out` if given, else `reports/<name><suffix>` with the
+/// scenario's name made a single plain path component (so that a name cannot place the report
+/// elsewhere).
+pub fn report_path(out: Option<&Path>, name: &str, suffix: &str) -> PathBuf {
+    if let Some(out) = out {
+        return out.to_path_buf();
+    }
+    let plain: String = name
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '-' | '_' | '.' => c,
+            _ => '_',
+        })
+        .collect();
+    let plain = match plain.trim_matches('.') {
+        "" => "scenario".to_string(),
+        _ => plain,
+    };
+    Path::new("reports").join(format!("{plain}{suffix}"))
+}
+
+/// [`report_path`], created now, so that a path that cannot be a directory fails before any
+/// run rather than after.
+pub fn report_dir(out: Option<&Path>, name: &str, suffix: &str) -> Result<PathBuf> {
+    let dir = report_path(out, name, suffix);
+    if dir.exists() && !dir.is_dir() {
+        bail!("--out {}: exists and is not a directory", dir.display());
+    }
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("--out {}: cannot create the directory", dir.display()))?;
+    Ok(dir)
+}
+
 /// Runs `prequal sim`.
 pub fn run(args: &Args) -> Result<()> {
     let mut compiled = load(&args.scenario, args.seed, args.time_scale)?;
@@ -101,13 +134,11 @@ pub fn run(args: &Args) -> Result<()> {
     }
     let plans =
         report::plan(&compiled).with_context(|| format!("{}: sweep", args.scenario.display()))?;
+    // Made before the runs, so that a directory that cannot be written fails now, not after.
+    let dir = report_dir(args.out.as_deref(), &compiled.scenario.name, "")?;
     let started = Instant::now();
     let report = run_plans(&compiled, &plans)?;
     let wall = started.elapsed();
-    let dir = args
-        .out
-        .clone()
-        .unwrap_or_else(|| Path::new("reports").join(&report.scenario));
     let written = report.write_to(&dir, !args.no_plots)?;
     let mut out = std::io::stdout().lock();
     if args.json {
@@ -126,4 +157,37 @@ pub fn run(args: &Args) -> Result<()> {
     write!(out, "{}", report.table())?;
     writeln!(out, "report: {} ({} files)", dir.display(), written.len())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scenario_name_cannot_place_its_report_outside_reports() {
+        let reports = Path::new("reports");
+        for (name, want) in [
+            ("prequal-ramp", "prequal-ramp"),
+            ("../../../tmp/x", ".._.._.._tmp_x"),
+            ("/etc/passwd", "_etc_passwd"),
+            ("a\u{0}b", "a_b"),
+            ("..", "scenario"),
+            ("", "scenario"),
+        ] {
+            let path = report_path(None, name, "-live");
+            assert_eq!(path, reports.join(format!("{want}-live")), "{name:?}");
+            assert_eq!(path.components().count(), 2, "{name:?}");
+        }
+        let out = Path::new("/somewhere/else");
+        assert_eq!(report_path(Some(out), "x", ""), out);
+    }
+
+    #[test]
+    fn an_out_path_that_is_a_file_fails_before_any_run() {
+        let file = std::env::temp_dir().join(format!("prequal-out-file-{}", std::process::id()));
+        std::fs::write(&file, "x").unwrap();
+        let error = report_dir(Some(&file), "x", "").unwrap_err().to_string();
+        std::fs::remove_file(&file).unwrap();
+        assert!(error.contains("not a directory"), "{error}");
+    }
 }
