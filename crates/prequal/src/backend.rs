@@ -78,10 +78,23 @@ pub struct Args {
 }
 
 /// How long from now until `unix_ms` (zero if it has passed).
-fn until_unix_ms(unix_ms: u64) -> Duration {
-    let at = std::time::UNIX_EPOCH + Duration::from_millis(unix_ms);
-    at.duration_since(std::time::SystemTime::now())
-        .unwrap_or(Duration::ZERO)
+fn until_unix_ms(unix_ms: u64) -> Result<Duration> {
+    // Further ahead than this is a mistake (seconds for milliseconds, a stray digit), not a
+    // schedule anyone waits for.
+    const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
+    let wait = std::time::UNIX_EPOCH
+        .checked_add(Duration::from_millis(unix_ms))
+        .map(|at| {
+            at.duration_since(std::time::SystemTime::now())
+                .unwrap_or(Duration::ZERO)
+        });
+    match wait {
+        Some(wait) if wait <= MAX_WAIT => Ok(wait),
+        _ => bail!(
+            "--start-at-unix-ms {unix_ms}: more than a day from now; expected milliseconds \
+             since the Unix epoch, such as the load generator's start time"
+        ),
+    }
 }
 
 /// Runs the backend until a signal or `--duration`.
@@ -100,7 +113,10 @@ pub fn run(args: &Args) -> Result<()> {
     };
     let runtime = tokio::runtime::Runtime::new().context("prequal backend: starting tokio")?;
     runtime.block_on(async {
-        let time_zero_in = args.start_at_unix_ms.map_or(Duration::ZERO, until_unix_ms);
+        let time_zero_in = match args.start_at_unix_ms {
+            Some(unix_ms) => until_unix_ms(unix_ms)?,
+            None => Duration::ZERO,
+        };
         let backend = Backend::start_with_origin(&spec, bind, time_zero_in)
             .await
             .context("prequal backend")?;
@@ -209,6 +225,19 @@ fn parse_inline<T: DeserializeOwned>(flag: &str, text: &str) -> Result<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_start_time_past_a_day_ahead_is_refused_not_a_panic() {
+        assert_eq!(
+            until_unix_ms(0).unwrap(),
+            Duration::ZERO,
+            "in the past: at once"
+        );
+        for unix_ms in [99_999_999_999_999_999, u64::MAX] {
+            let error = until_unix_ms(unix_ms).unwrap_err().to_string();
+            assert!(error.contains("--start-at-unix-ms"), "{error}");
+        }
+    }
 
     #[test]
     fn inline_flags_parse() {
