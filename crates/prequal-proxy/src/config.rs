@@ -96,13 +96,18 @@ pub struct ServerConfig {
     #[serde(with = "humantime_serde")]
     pub drain_timeout: Duration,
     /// Data-plane threads, each a single-threaded runtime with its own upstream connection
-    /// pools; accepted connections are dealt to them in turn. 0 means one per core. Default 0.
+    /// pools; accepted connections are dealt to them in turn. 0 means one per core; at most
+    /// [`MAX_WORKER_THREADS`]. Default 0.
     pub worker_threads: usize,
     /// Where the access log goes: `"stdout"` or a file path (appended to). Default none (off).
     pub access_log: Option<PathBuf>,
     /// TLS termination (`[server.tls]`). Default none: plain HTTP/1.1 and h2c.
     pub tls: Option<ServerTlsConfig>,
 }
+
+/// The most data-plane threads `server.worker_threads` may ask for: far more than any
+/// machine has cores, and few enough that a typo does not try to start thousands of threads.
+pub const MAX_WORKER_THREADS: usize = 1024;
 
 impl ServerConfig {
     /// The number of data-plane threads `worker_threads` stands for (at least 1).
@@ -335,6 +340,15 @@ impl ProxyConfig {
                 "needs at least one cluster".into(),
             ));
         }
+        if self.server.worker_threads > MAX_WORKER_THREADS {
+            return Err(invalid(
+                "server.worker_threads".into(),
+                format!(
+                    "must be at most {MAX_WORKER_THREADS} (0 means one per core), got {}",
+                    self.server.worker_threads
+                ),
+            ));
+        }
         for (name, cluster) in &self.clusters {
             cluster
                 .validate()
@@ -513,6 +527,13 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("routes[0].cluster"), "{err}");
+        let err = ProxyConfig::from_toml(
+            "[server]\nworker_threads = 5000\n[clusters.api]\nupstreams = [\"127.0.0.1:1\"]\n",
+            "x.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("server.worker_threads"), "{err}");
     }
 
     #[test]

@@ -311,11 +311,6 @@ impl Worker {
     fn spawn(index: usize, shared: &Arc<Shared>, server: &ServerConfig) -> Option<Worker> {
         let (queue, mut accepted) = mpsc::unbounded_channel::<(std::net::TcpStream, SocketAddr)>();
         let (finished, done) = oneshot::channel();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|error| tracing::warn!(%error, index, "cannot start a worker runtime"))
-            .ok()?;
         let shared = Arc::clone(shared);
         let server = server.clone();
         let work = async move {
@@ -332,6 +327,20 @@ impl Worker {
         std::thread::Builder::new()
             .name(format!("prequal-data-{index}"))
             .spawn(move || {
+                // Built on the thread itself: a runtime made here and dropped because the
+                // thread could not start would be dropped inside the caller's runtime, which
+                // panics. If this fails, the worker's queue closes and its connections are
+                // served by the accepting thread (`Worker::hand_over`).
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(error) => {
+                        tracing::warn!(%error, index, "cannot start a worker runtime");
+                        return;
+                    }
+                };
                 runtime.block_on(work);
                 let _ = finished.send(());
             })
