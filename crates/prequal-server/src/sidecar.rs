@@ -36,10 +36,10 @@ pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// The upstream address a sidecar forwards to was not a valid `host:port`.
 #[derive(Debug, thiserror::Error)]
-#[error("upstream address {address:?} is not a valid host:port ({source})")]
+#[error("upstream address {address:?} is not a valid host:port ({reason})")]
 pub struct UpstreamError {
     address: String,
-    source: http::uri::InvalidUri,
+    reason: String,
 }
 
 /// Forwards requests to one upstream; clone it freely (clones share the connection pools).
@@ -53,12 +53,18 @@ pub struct Forward {
 impl Forward {
     /// A forwarder to `upstream` (`host:port`, no scheme).
     pub fn new(upstream: &str) -> Result<Self, UpstreamError> {
+        let invalid = |reason: String| UpstreamError {
+            address: upstream.to_owned(),
+            reason,
+        };
         let upstream = upstream
             .parse::<Authority>()
-            .map_err(|source| UpstreamError {
-                address: upstream.to_owned(),
-                source,
-            })?;
+            .map_err(|error| invalid(error.to_string()))?;
+        if upstream.port_u16().is_none() {
+            // Without one every request would go to port 80 of a host that is likely not
+            // the replica, and fail only when traffic comes.
+            return Err(invalid("no port".into()));
+        }
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         let http1 = Client::builder(TokioExecutor::new()).build(connector.clone());
@@ -152,5 +158,8 @@ mod tests {
         let absolute = upstream_uri(&"http://example.com/x".parse().unwrap(), &upstream);
         assert_eq!(absolute, "http://127.0.0.1:9000/x");
         assert!(Forward::new("not a host").is_err());
+        let error = Forward::new("replica").unwrap_err().to_string();
+        assert!(error.contains("no port"), "{error}");
+        assert!(Forward::new("replica:8080").is_ok());
     }
 }
