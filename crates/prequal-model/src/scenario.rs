@@ -536,6 +536,16 @@ impl Scenario {
         if self.clients.count == 0 {
             return Err(bad("clients.count", "expected at least 1 client"));
         }
+        if self.clients.count > crate::model::server::MAX_COUNT {
+            return Err(bad(
+                "clients.count",
+                format!(
+                    "expected at most {} clients, got {}",
+                    crate::model::server::MAX_COUNT,
+                    self.clients.count
+                ),
+            ));
+        }
         if self.clients.deadline.is_some_and(|d| d.is_zero()) {
             return Err(bad(
                 "clients.deadline",

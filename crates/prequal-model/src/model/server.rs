@@ -145,6 +145,11 @@ fn positive(key: &str, v: f64) -> Result<(), ModelError> {
     }
 }
 
+/// The most replicas, clients or workers per replica a scenario may ask for: each costs
+/// memory up front, and a count past this is a typo that would abort the process allocating
+/// it rather than a cluster anyone simulates.
+pub const MAX_COUNT: u32 = 100_000;
+
 impl ServersSpec {
     /// Checks the whole section; keys in errors start with `servers.`.
     pub fn validate(&self) -> Result<(), ModelError> {
@@ -152,6 +157,12 @@ impl ServersSpec {
             return Err(ModelError::invalid(
                 "servers.count",
                 "expected at least 1 replica",
+            ));
+        }
+        if self.count > MAX_COUNT {
+            return Err(ModelError::invalid(
+                "servers.count",
+                format!("expected at most {MAX_COUNT} replicas, got {}", self.count),
             ));
         }
         match (&self.latency, &self.capacity, &self.thread_pool) {
@@ -215,6 +226,12 @@ impl ThreadPoolSpec {
             return Err(ModelError::invalid(
                 "servers.thread_pool.workers",
                 "expected at least 1 worker",
+            ));
+        }
+        if self.workers > MAX_COUNT {
+            return Err(ModelError::invalid(
+                "servers.thread_pool.workers",
+                format!("expected at most {MAX_COUNT} workers, got {}", self.workers),
             ));
         }
         self.service.validate("servers.thread_pool.service")

@@ -31,6 +31,9 @@ fn bad_values_name_their_key_path() {
         ),
         ("end = \"45s\"", "end = \"5s\"", "servers.episodes[0].end"),
         ("count = 1\n", "count = 0\n", "clients.count"),
+        // Counts that would abort the process allocating them.
+        ("count = 1\n", "count = 1000000000\n", "clients.count"),
+        ("count = 11\n", "count = 1000000000\n", "servers.count"),
         ("level = 1000.0", "level = -1.0", "load.steps[0].level"),
         (
             "level = 1000.0",
@@ -231,6 +234,11 @@ fn capacity_unit_weights_thread_pool_replicas_by_speed() {
 fn thread_pool_errors_name_their_key() {
     let cases = [
         ("workers = 4", "workers = 0", "servers.thread_pool.workers"),
+        (
+            "workers = 4",
+            "workers = 4000000000",
+            "servers.thread_pool.workers",
+        ),
         (
             "mean = \"20ms\"",
             "mean = \"0ms\"",
