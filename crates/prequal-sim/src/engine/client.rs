@@ -131,8 +131,8 @@ impl Client {
         }
     }
 
-    /// True when no query, try or hedged request is in flight (tests check it after a run).
-    #[cfg(test)]
+    /// True when no query, try or hedged request is in flight (a run past its end stops once
+    /// every client is; tests check it after a run).
     pub(super) fn is_idle(&self) -> bool {
         self.queries.is_empty()
             && self.retried.is_empty()

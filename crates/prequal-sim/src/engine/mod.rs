@@ -207,6 +207,8 @@ struct Sim<'a> {
     done: Vec<crate::model::JobId>,
     expired: Vec<u64>,
     events: u64,
+    /// Whether a utilisation sample (`Event::Tick`) is still to come.
+    tick_pending: bool,
 }
 
 /// Runs `contender` through the scenario with every load level multiplied by `load_factor`,
@@ -297,12 +299,19 @@ impl<'a> Sim<'a> {
             done: Vec::new(),
             expired: Vec::new(),
             events: 0,
+            tick_pending: false,
         })
     }
 
-    /// Handles events until the horizon.
+    /// Handles events until the horizon, or, past the end of the load, until no query is in
+    /// flight and the last utilisation sample is taken: what follows (probes, timers) changes
+    /// nothing the report measures, and with a long deadline it would go on for as long.
     fn drive(&mut self) {
         loop {
+            if self.now > self.end && !self.tick_pending && self.clients.iter().all(Client::is_idle)
+            {
+                break;
+            }
             // A wake-up due no later than the next queued event goes first: completions at an
             // instant are handled before anything else that happens then.
             let queued = self.queue.peek_time();
@@ -347,6 +356,7 @@ impl<'a> Sim<'a> {
         }
         if self.compiled.scenario.servers.allocation().is_some() {
             self.queue.push(Time::from_secs(1), Event::Tick);
+            self.tick_pending = true;
         }
     }
 

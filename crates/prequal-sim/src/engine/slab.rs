@@ -52,7 +52,6 @@ impl<T> Slab<T> {
     }
 
     /// True when no slot holds a value.
-    #[cfg(test)]
     pub(super) fn is_empty(&self) -> bool {
         self.map.is_empty()
     }

@@ -304,7 +304,8 @@ impl Sim<'_> {
             server.marks = [server.marks[1], (now, busy)];
             self.finish_cpu_jobs(s as u32);
         }
-        if now < self.end {
+        self.tick_pending = now < self.end;
+        if self.tick_pending {
             self.queue
                 .push(now + std::time::Duration::from_secs(1), Event::Tick);
         }
