@@ -60,10 +60,20 @@ fn add_hedged_copies(s: &mut Scenario) {
     s.contenders = out;
 }
 
+/// The range of `--time-scale`: beyond it the scaled durations round to nothing or overflow.
+const MIN_TIME_SCALE: f64 = 1e-6;
+const MAX_TIME_SCALE: f64 = 1e6;
+
 /// Loads a scenario with the command-line adjustments applied.
 pub fn load(path: &Path, seed: Option<u64>, time_scale: f64) -> Result<Compiled> {
     if !(time_scale.is_finite() && time_scale > 0.0) {
         bail!("--time-scale: expected a number above 0, got {time_scale}");
+    }
+    if !(MIN_TIME_SCALE..=MAX_TIME_SCALE).contains(&time_scale) {
+        bail!(
+            "--time-scale: expected a factor between {MIN_TIME_SCALE} and {MAX_TIME_SCALE}, \
+             got {time_scale}"
+        );
     }
     Ok(Scenario::load_adjusted(path, |s| {
         if let Some(seed) = seed {
@@ -180,6 +190,16 @@ mod tests {
         }
         let out = Path::new("/somewhere/else");
         assert_eq!(report_path(Some(out), "x", ""), out);
+    }
+
+    #[test]
+    fn a_time_scale_out_of_range_is_named() {
+        let faults = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/faults.toml");
+        assert!(load(&faults, None, 0.5).is_ok());
+        for scale in [1e18, 1e-300, 0.0, f64::NAN] {
+            let error = load(&faults, None, scale).unwrap_err().to_string();
+            assert!(error.starts_with("--time-scale"), "{scale}: {error}");
+        }
     }
 
     #[test]
