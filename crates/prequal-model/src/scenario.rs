@@ -52,6 +52,9 @@ pub enum ScenarioError {
     },
 }
 
+/// The longest load a scenario may schedule, its sweep's steps and ramps included.
+const MAX_LOAD: Time = Time::from_secs(24 * 3600);
+
 /// A whole scenario file.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -502,6 +505,18 @@ impl Scenario {
             None => delay.clone(),
         };
         let phases = self.phases(&service)?;
+        let end = phases.last().map_or(Time::ZERO, |p| p.end);
+        if end > MAX_LOAD {
+            // Each simulated second keeps its own histograms (some 60 KB), from the start.
+            return Err(bad(
+                "load",
+                format!(
+                    "lasts {:.0} s in all; at most {} s (a day) can be simulated",
+                    end.as_secs_f64(),
+                    MAX_LOAD.as_secs_f64()
+                ),
+            ));
+        }
         Ok(Compiled {
             scenario: self,
             service,

@@ -35,6 +35,8 @@ fn bad_values_name_their_key_path() {
         ("count = 1\n", "count = 1000000000\n", "clients.count"),
         ("count = 11\n", "count = 1000000000\n", "servers.count"),
         ("level = 1000.0", "level = -1.0", "load.steps[0].level"),
+        // A load longer than a day: its per-second histograms alone would take gigabytes.
+        ("duration = \"60s\"", "duration = \"2days\"", "load"),
         (
             "level = 1000.0",
             "level = 1.0, unit = \"allocation\"",
