@@ -450,7 +450,10 @@ async fn bad_specs_are_refused_with_the_field_named() {
     let mut zero = good.clone();
     zero.timeout = Duration::ZERO;
     assert!(message(zero).await.contains("timeout"));
-    let mut bound = good;
+    let mut bound = good.clone();
     bound.max_in_flight = 0;
     assert!(message(bound).await.contains("max_in_flight"));
+    let mut replicas = good;
+    replicas.replicas = u32::MAX as usize;
+    assert!(message(replicas).await.contains("replicas"));
 }

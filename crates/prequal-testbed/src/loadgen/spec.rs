@@ -108,6 +108,13 @@ impl LoadSpec {
                 reason: "expected at least 1",
             });
         }
+        if self.replicas > prequal_model::model::server::MAX_COUNT as usize {
+            // Counted per replica for every second of the run.
+            return Err(LoadgenError::Invalid {
+                field: "replicas",
+                reason: "expected at most 100000",
+            });
+        }
         Ok(())
     }
 
