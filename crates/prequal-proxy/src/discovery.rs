@@ -25,10 +25,39 @@ use crate::cluster::Cluster;
 
 /// Parses a replica list file: one `host:port` per line, `#` starts a comment.
 pub fn parse_list(text: &str) -> Vec<String> {
+    numbered_lines(text)
+        .map(|(_, line)| line.to_string())
+        .collect()
+}
+
+/// The non-empty lines of a replica list, comments removed, with their line numbers (from 1).
+fn numbered_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
     text.lines()
-        .map(|line| line.split('#').next().unwrap_or("").trim())
-        .filter(|line| !line.is_empty())
-        .map(str::to_string)
+        .enumerate()
+        .map(|(i, line)| (i + 1, line.split('#').next().unwrap_or("").trim()))
+        .filter(|(_, line)| !line.is_empty())
+}
+
+/// The replicas a list file names, each line that is not a `host:port` logged with the file
+/// and line, and left out.
+fn read_list(path: &std::path::Path, text: &str, cluster: &str) -> Vec<String> {
+    numbered_lines(text)
+        .filter(|&(line, addr)| {
+            let ok = addr
+                .parse::<http::uri::Authority>()
+                .is_ok_and(|a| a.port_u16().is_some());
+            if !ok {
+                tracing::warn!(
+                    cluster,
+                    file = %path.display(),
+                    line,
+                    addr,
+                    "ignoring a line that is not host:port"
+                );
+            }
+            ok
+        })
+        .map(|(_, addr)| addr.to_string())
         .collect()
 }
 
@@ -86,7 +115,7 @@ impl Reload for Cluster {
             path: path.clone(),
             source,
         })?;
-        let list = parse_list(&text);
+        let list = read_list(path, &text, self.name());
         if list.is_empty() {
             return Err(ReplicaFileError::Empty { path: path.clone() });
         }
@@ -133,5 +162,17 @@ mod tests {
     fn list_files_skip_comments_and_blanks() {
         let text = "# replicas\n127.0.0.1:1\n\n  127.0.0.1:2  # second\n#127.0.0.1:3\n";
         assert_eq!(parse_list(text), vec!["127.0.0.1:1", "127.0.0.1:2"]);
+    }
+
+    #[test]
+    fn list_file_lines_that_are_not_host_port_are_left_out() {
+        let text = "127.0.0.1:1\nnot an address\n[::1]:2\nreplica-without-port\nhost:3 # ok\n";
+        let path = std::path::Path::new("replicas.txt");
+        assert_eq!(
+            read_list(path, text, "api"),
+            vec!["127.0.0.1:1", "[::1]:2", "host:3"]
+        );
+        let lines: Vec<usize> = numbered_lines(text).map(|(line, _)| line).collect();
+        assert_eq!(lines, vec![1, 2, 3, 4, 5]);
     }
 }
