@@ -76,20 +76,29 @@ impl ServerSet {
         }
     }
 
-    /// Checks that every named index exists among `count` replicas.
+    /// Checks that the set selects some replica and every named index exists among `count`
+    /// replicas.
     pub fn validate(&self, key: &str, count: u32) -> Result<(), ModelError> {
-        let bad = match self {
-            ServerSet::Range(a, b) if a >= b || *b > count => true,
-            ServerSet::List(l) => l.iter().any(|&i| i >= count),
-            _ => false,
+        let problem = match self {
+            ServerSet::Range(a, b) if a >= b => Some(format!(
+                "the range {self} selects no replica (a..b runs from a up to, not including, b)"
+            )),
+            ServerSet::Range(_, b) if *b > count => {
+                Some(format!("selects replicas outside 0..{count}: {self}"))
+            }
+            ServerSet::List(l) if l.is_empty() => Some("selects no replica".to_string()),
+            ServerSet::List(l) if l.iter().any(|&i| i >= count) => {
+                Some(format!("selects replicas outside 0..{count}: {self}"))
+            }
+            ServerSet::Odd if count < 2 => {
+                Some(format!("\"odd\" selects no replica among {count}"))
+            }
+            _ => None,
         };
-        if bad {
-            return Err(ModelError::invalid(
-                key,
-                format!("selects replicas outside 0..{count}: {self}"),
-            ));
+        match problem {
+            Some(message) => Err(ModelError::invalid(key, message)),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     fn parse(text: &str) -> Option<ServerSet> {
@@ -309,6 +318,18 @@ mod tests {
             .validate("e.servers", 11)
             .unwrap_err();
         assert!(err.to_string().contains("e.servers"), "{err}");
+        // Sets that select nothing say so, rather than that they reach outside the cluster.
+        for (set, count, says) in [
+            (ServerSet::Range(1, 1), 11, "selects no replica"),
+            (ServerSet::Range(2, 0), 11, "selects no replica"),
+            (ServerSet::List(vec![]), 11, "selects no replica"),
+            (ServerSet::Odd, 1, "selects no replica"),
+            (ServerSet::Range(0, 12), 11, "outside 0..11"),
+        ] {
+            let err = set.validate("e.servers", count).unwrap_err().to_string();
+            assert!(err.contains(says), "{set}: {err}");
+        }
+        assert!(ServerSet::Odd.validate("e.servers", 2).is_ok());
     }
 
     #[test]
