@@ -1,6 +1,7 @@
 //! Latency and query-cost distributions.
 //!
-//! A scenario writes a distribution as a TOML table tagged by `kind` ([`DistSpec`]); it is
+//! A scenario writes a distribution as a TOML table tagged by `kind` ([`DistSpec`]), or a
+//! constant as a bare duration (`"10ms"`); it is
 //! compiled once into a [`Distribution`] that samples nanoseconds from a caller-supplied
 //! generator (any `RngCore`, a `&mut dyn RngCore` included). Supported kinds (all durations in humantime form, `"167ms"`):
 //!
@@ -33,9 +34,15 @@ use super::round::round_to_u64;
 /// Reads a trace file into nanoseconds (see [`parse_trace`]).
 pub type TraceLoader<'a> = dyn FnMut(&Path) -> Result<Arc<[u64]>, ModelError> + 'a;
 
-/// A distribution as written in a scenario file.
+/// A distribution as written in a scenario file: a table tagged by `kind`, or a bare duration
+/// (`"10ms"`) for a constant.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+#[serde(
+    remote = "Self",
+    tag = "kind",
+    rename_all = "kebab-case",
+    deny_unknown_fields
+)]
 pub enum DistSpec {
     /// Always the same value.
     Constant {
@@ -91,6 +98,40 @@ pub enum DistSpec {
         /// The multiplier (> 0).
         factor: f64,
     },
+}
+
+/// The derived (tagged) form, plus the shorthand: a string is a constant's duration.
+impl<'de> Deserialize<'de> for DistSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = DistSpec;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(
+                    "a distribution table such as { kind = \"normal\", mean = \"10ms\", \
+                     sd = \"2ms\" }, or a duration such as \"10ms\" for a constant",
+                )
+            }
+
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<DistSpec, E> {
+                humantime::parse_duration(text)
+                    .map(|value| DistSpec::Constant { value })
+                    .map_err(|error| E::custom(format!("{text:?} is not a duration: {error}")))
+            }
+
+            fn visit_map<M: serde::de::MapAccess<'de>>(self, map: M) -> Result<DistSpec, M::Error> {
+                DistSpec::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+impl Serialize for DistSpec {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        DistSpec::serialize(self, serializer)
+    }
 }
 
 /// How a trace's latencies are replayed.
@@ -399,6 +440,30 @@ mod tests {
     fn sample_mean(d: &Distribution, n: usize) -> f64 {
         let mut rng = SmallRng::seed_from_u64(3);
         (0..n).map(|_| d.sample_nanos(&mut rng) as f64).sum::<f64>() / n as f64
+    }
+
+    #[test]
+    fn a_bare_duration_is_a_constant_and_a_table_is_written_back() {
+        #[derive(Deserialize, Serialize)]
+        struct Holder {
+            d: DistSpec,
+        }
+        let short: Holder = toml::from_str("d = \"10ms\"").unwrap();
+        let constant = DistSpec::Constant {
+            value: Duration::from_millis(10),
+        };
+        assert_eq!(short.d, constant);
+        let text = toml::to_string(&short).unwrap();
+        assert!(text.contains("kind = \"constant\""), "{text}");
+        let back: Holder = toml::from_str(&text).unwrap();
+        assert_eq!(back.d, constant);
+        for (bad, says) in [
+            ("d = \"fast\"", "not a duration"),
+            ("d = 5", "a duration such as"),
+        ] {
+            let err = toml::from_str::<Holder>(bad).err().unwrap().to_string();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
     }
 
     #[test]
