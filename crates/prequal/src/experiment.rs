@@ -63,7 +63,8 @@ pub fn run(args: &Args) -> Result<()> {
         predict: !args.no_prediction,
         startup: Duration::from_millis(1500),
     };
-    let report = run_live(&compiled, &options, args.dry_run)?;
+    let report = run_live(&compiled, &options, args.dry_run)
+        .with_context(|| args.scenario.display().to_string())?;
     let Some(report) = report else {
         return Ok(());
     };
