@@ -548,6 +548,12 @@ impl Scenario {
                 .map_err(|e| bad(format!("clients.hedge.{}", e.key), e.message))?;
         }
         self.clients.balancer_keys().validate("clients.")?;
+        if self.latency_objective.is_zero() {
+            return Err(bad(
+                "latency_objective",
+                "must be above 0 (the share of queries within it is reported)",
+            ));
+        }
         if self.clients.count == 0 {
             return Err(bad("clients.count", "expected at least 1 client"));
         }

@@ -460,6 +460,9 @@ impl ClusterConfig {
 fn check_authority(text: &str) -> Result<(), String> {
     let parsed: Result<http::uri::Authority, _> = text.parse();
     match parsed {
+        Ok(auth) if auth.port_u16() == Some(0) => Err(format!(
+            "is {text:?}; port 0 cannot be connected to, expected `host:port`"
+        )),
         Ok(auth) if auth.port_u16().is_some() && !text.contains('@') => Ok(()),
         _ => Err(format!("is {text:?}; expected `host:port`")),
     }
@@ -503,6 +506,7 @@ mod tests {
     fn invalid_values_name_their_key() {
         let cases = [
             ("upstreams = [\"nope\"]", "clusters.api.upstreams[0]"),
+            ("upstreams = [\"127.0.0.1:0\"]", "port 0"),
             (
                 "upstreams = [\"127.0.0.1:1\"]\nmax_attempts = 0",
                 "clusters.api.max_attempts",

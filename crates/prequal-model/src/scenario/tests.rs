@@ -31,6 +31,11 @@ fn bad_values_name_their_key_path() {
         ),
         ("end = \"45s\"", "end = \"5s\"", "servers.episodes[0].end"),
         ("count = 1\n", "count = 0\n", "clients.count"),
+        (
+            "latency_objective = \"1s\"",
+            "latency_objective = \"0s\"",
+            "latency_objective",
+        ),
         // Counts that would abort the process allocating them.
         ("count = 1\n", "count = 1000000000\n", "clients.count"),
         ("count = 11\n", "count = 1000000000\n", "servers.count"),
