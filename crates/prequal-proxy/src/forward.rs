@@ -505,6 +505,7 @@ async fn one_try(
             // The client's body broke (a malformed chunk, too many bytes, the client gone):
             // nothing says the replica did anything wrong.
             guard.outcome = Outcome::Cancelled;
+            guard.client_fault = true;
             tracing::debug!(cluster = cluster.name(), replica = %authority, %error, "request body failed");
             let response =
                 local_response(StatusCode::BAD_REQUEST, "request body could not be read\n");

@@ -36,6 +36,9 @@ pub struct TryGuard {
     pub report: Option<LoadReport>,
     /// How long the replica took to send the response head, once it has.
     pub answered: Option<std::time::Duration>,
+    /// Set when the try failed through the client's fault (its request body broke): it ends
+    /// cancelled however long it ran, never counted against the replica.
+    pub client_fault: bool,
 }
 
 impl TryGuard {
@@ -51,6 +54,7 @@ impl TryGuard {
             outcome: Outcome::Cancelled,
             report: None,
             answered: None,
+            client_fault: false,
         }
     }
 }
@@ -70,7 +74,7 @@ impl Drop for TryGuard {
             self.replica,
             self.query,
             (latency, self.answered),
-            self.outcome,
+            (self.outcome, self.client_fault),
             self.report.take(),
             self.worker,
         );

@@ -81,7 +81,7 @@ async fn an_ejection_ends_at_the_cluster_timer_in_paused_time() {
             chosen.replica,
             chosen.query,
             (took, Some(took)),
-            outcome,
+            (outcome, false),
             None,
             0,
         );

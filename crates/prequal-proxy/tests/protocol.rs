@@ -74,19 +74,33 @@ async fn connect_is_refused() {
 }
 
 /// A client whose streamed body is malformed gets a 400, and the replica it was streamed to
-/// is not blamed: many such requests do not eject a healthy replica.
+/// is not blamed, however long the body streamed first: once the hedge delay is learned a try
+/// abandoned past it would count as a timeout, and five in a row would eject a healthy replica.
 #[tokio::test]
 async fn a_malformed_request_body_is_the_clients_fault_not_the_replicas() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let backend = Backend::start().await;
-    let proxy = start_proxy(&config_text(&[&backend], Proto::H1, "\"round-robin\"", "")).await;
-    for _ in 0..10 {
-        let mut stream = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
-        // A chunk size that is not hexadecimal.
+    let backends = [Backend::start().await, Backend::start().await];
+    let text = config_text(
+        &[&backends[0], &backends[1]],
+        Proto::H1,
+        "\"round-robin\"",
+        "",
+    );
+    let proxy = start_proxy(&text).await;
+    // Enough answers for the hedger to learn its delay (and each replica its usual time).
+    assert_eq!(load(&client(Proto::H1), proxy.addr, 60, 2).await, 60);
+    let bad_body = |addr| async move {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
         stream
-            .write_all(b"POST /x HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n")
+            .write_all(
+                b"POST /x HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n",
+            )
             .await
             .unwrap();
+        // Well past the learned delay and the replicas' usual time, then a chunk size that is
+        // not hexadecimal.
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+        stream.write_all(b"zz\r\n").await.unwrap();
         let mut head = [0u8; 12];
         tokio::time::timeout(
             std::time::Duration::from_secs(10),
@@ -95,10 +109,14 @@ async fn a_malformed_request_body_is_the_clients_fault_not_the_replicas() {
         .await
         .expect("an answer within 10 s")
         .unwrap();
+        head
+    };
+    // Ten at once: five to each replica, as many as eject one that fails them all.
+    let heads: Vec<[u8; 12]> =
+        futures_util::future::join_all((0..10).map(|_| bad_body(proxy.addr))).await;
+    for head in heads {
         assert_eq!(&head, b"HTTP/1.1 400", "{}", String::from_utf8_lossy(&head));
     }
-    let (status, _) = get(&client(Proto::H1), proxy.addr, "/").await;
-    assert_eq!(status, 200);
     let metrics = get(&client_again(Proto::H1), proxy.admin, "/metrics")
         .await
         .1;
@@ -107,6 +125,7 @@ async fn a_malformed_request_body_is_the_clients_fault_not_the_replicas() {
         0.0,
         "{metrics}"
     );
+    assert_eq!(load(&client(Proto::H1), proxy.addr, 20, 2).await, 20);
 }
 
 async fn forwarding_headers(proto: Proto) {

@@ -337,14 +337,15 @@ impl Cluster {
     /// prequal-core's `Balancer::loser_outcome`), the delay being the learned p95 of the time to a successful response
     /// head (as in the simulator, see prequal-core's `Hedger::loser_outcome`; learned whether
     /// or not hedging is on); one abandoned sooner, or while its body streamed, counts for
-    /// nothing but the policy's in-flight count. The probes the policy then asks for go from
-    /// data-plane `worker`.
+    /// nothing but the policy's in-flight count, and so does one that failed through the
+    /// client's fault (`client_fault`: its request body broke), however long it ran. The probes
+    /// the policy then asks for go from data-plane `worker`.
     pub fn complete(
         self: &Arc<Self>,
         replica: ReplicaId,
         query: QueryId,
         (latency, answered): (Duration, Option<Duration>),
-        outcome: Outcome,
+        (outcome, client_fault): (Outcome, bool),
         report: Option<LoadReport>,
         worker: usize,
     ) {
@@ -355,7 +356,9 @@ impl Cluster {
         let outcome = match (outcome, answered) {
             // Abandoned before the replica answered: a timeout once it outlived the delay (and
             // twice the replica's usual time).
-            (Outcome::Cancelled, None) => core.balancer.loser_outcome(replica, latency),
+            (Outcome::Cancelled, None) if !client_fault => {
+                core.balancer.loser_outcome(replica, latency)
+            }
             // The hedger learns the time to the response head, what a hedge races.
             (Outcome::Success, Some(head)) => {
                 core.balancer.hedger_mut().on_response(head, false);
