@@ -367,7 +367,7 @@ async fn queries_past_the_in_flight_bound_are_not_sent() {
 }
 
 /// A rate far beyond what the generator can send does not keep it running for as long as the
-/// backlog would take: once it is more than the timeout behind, it stops and says so.
+/// backlog would take: still sending a timeout after the schedule's end, it stops and says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_beyond_the_sender_stops_once_it_is_a_timeout_behind() {
     let server = serve(Behaviour {

@@ -177,7 +177,7 @@ fn summary(r: &LoadReport) -> String {
         r.not_sent,
         r.max_send_lag_ms,
         if r.fell_behind {
-            " (stopped early: the sender fell more than the timeout behind the schedule; \
+            " (stopped early: queries were still unsent a timeout after the schedule's end; \
              lower the rate)"
         } else if r.stopped_early {
             " (stopped early)"

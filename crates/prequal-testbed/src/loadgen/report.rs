@@ -22,8 +22,8 @@ pub struct LoadReport {
     pub duration_s: f64,
     /// Whether the run was stopped before the schedule ended.
     pub stopped_early: bool,
-    /// Whether it stopped because the sender fell more than `timeout` behind the schedule:
-    /// the rate was more than this machine could send.
+    /// Whether it stopped because queries were still unsent `timeout` after the schedule's
+    /// end: the rate was more than this machine could send, and the rest were never sent.
     pub fell_behind: bool,
     /// Successful responses (status below 400).
     pub successes: u64,

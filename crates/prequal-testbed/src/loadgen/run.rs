@@ -43,7 +43,7 @@ enum Event {
         answer: Option<Answer>,
     },
     /// The schedule ended or the run was stopped; no more queries will be sent. `fell_behind`:
-    /// stopped because the sender fell more than the timeout behind the schedule.
+    /// stopped because queries were still unsent a timeout past the schedule's end.
     Finished { stopped: bool, fell_behind: bool },
 }
 
@@ -162,8 +162,8 @@ impl Sender {
                     tokio::task::yield_now().await;
                     if Instant::now() > self.give_up {
                         tracing::warn!(
-                            "the load generator fell more than the timeout behind its schedule \
-                             and stopped sending: the rate is more than it can send"
+                            "the load generator still had queries to send a timeout past the \
+                             end of its schedule, and stopped: the rate is more than it can send"
                         );
                         (stopped, fell_behind) = (true, true);
                         break;
