@@ -569,3 +569,39 @@ error_latency = "1ms""#;
         assert_eq!(hedging.tries, hedging.queries, "{hedging:?}");
     }
 }
+
+mod drain_tests {
+    use std::path::Path;
+
+    use super::super::*;
+    use crate::scenario::Scenario;
+
+    /// A second of load on four 10 ms replicas, probed by `prequal`, with `deadline`.
+    fn with_deadline(deadline: &str) -> RunOutput {
+        let text = format!(
+            r#"
+contenders = ["prequal"]
+[servers]
+count = 4
+latency = "10ms"
+[clients]
+count = 2
+deadline = "{deadline}"
+[load]
+steps = [{{ duration = "1s", level = 200.0 }}]
+"#
+        );
+        let compiled = Scenario::parse(&text, Path::new("t.toml")).unwrap();
+        run(&compiled, &PolicyConfig::from_name("prequal").unwrap(), 1.0).unwrap()
+    }
+
+    /// Past the end of its load a run goes on only while a query is in flight: the idle
+    /// probes after that measure nothing, and with a long deadline would go on for as long.
+    #[test]
+    fn a_run_ends_once_its_queries_are_answered_however_long_the_deadline() {
+        let short = with_deadline("2s");
+        let long = with_deadline("1h");
+        assert!(short.measured.summary.queries > 100);
+        assert_eq!(short, long, "the same run, events included");
+    }
+}
