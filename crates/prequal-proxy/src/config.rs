@@ -457,7 +457,8 @@ impl ClusterConfig {
 }
 
 /// Checks that `text` is `host:port` with a numeric port.
-fn check_authority(text: &str) -> Result<(), String> {
+/// Whether `text` is a `host:port` a replica can be reached at (a reason if not).
+pub(crate) fn check_authority(text: &str) -> Result<(), String> {
     let parsed: Result<http::uri::Authority, _> = text.parse();
     match parsed {
         Ok(auth) if auth.port_u16() == Some(0) => Err(format!(

@@ -23,13 +23,6 @@ use prequal_http::watch::{self, Reload};
 use crate::background::Background;
 use crate::cluster::Cluster;
 
-/// Parses a replica list file: one `host:port` per line, `#` starts a comment.
-pub fn parse_list(text: &str) -> Vec<String> {
-    numbered_lines(text)
-        .map(|(_, line)| line.to_string())
-        .collect()
-}
-
 /// The non-empty lines of a replica list, comments removed, with their line numbers (from 1).
 fn numbered_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
     text.lines()
@@ -43,9 +36,8 @@ fn numbered_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
 fn read_list(path: &std::path::Path, text: &str, cluster: &str) -> Vec<String> {
     numbered_lines(text)
         .filter(|&(line, addr)| {
-            let ok = addr
-                .parse::<http::uri::Authority>()
-                .is_ok_and(|a| a.port_u16().is_some());
+            // The same test as a static `upstreams` entry's.
+            let ok = crate::config::check_authority(addr).is_ok();
             if !ok {
                 tracing::warn!(
                     cluster,
@@ -161,18 +153,19 @@ mod tests {
     #[test]
     fn list_files_skip_comments_and_blanks() {
         let text = "# replicas\n127.0.0.1:1\n\n  127.0.0.1:2  # second\n#127.0.0.1:3\n";
-        assert_eq!(parse_list(text), vec!["127.0.0.1:1", "127.0.0.1:2"]);
+        let lines: Vec<&str> = numbered_lines(text).map(|(_, line)| line).collect();
+        assert_eq!(lines, vec!["127.0.0.1:1", "127.0.0.1:2"]);
     }
 
     #[test]
     fn list_file_lines_that_are_not_host_port_are_left_out() {
-        let text = "127.0.0.1:1\nnot an address\n[::1]:2\nreplica-without-port\nhost:3 # ok\n";
+        let text = "127.0.0.1:1\nnot an address\n[::1]:2\nreplica-without-port\nhost:3 # ok\nhost:0\nuser@host:4\n";
         let path = std::path::Path::new("replicas.txt");
         assert_eq!(
             read_list(path, text, "api"),
             vec!["127.0.0.1:1", "[::1]:2", "host:3"]
         );
         let lines: Vec<usize> = numbered_lines(text).map(|(line, _)| line).collect();
-        assert_eq!(lines, vec![1, 2, 3, 4, 5]);
+        assert_eq!(lines, vec![1, 2, 3, 4, 5, 6, 7]);
     }
 }

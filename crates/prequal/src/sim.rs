@@ -129,10 +129,13 @@ pub fn report_path(out: Option<&Path>, name: &str, suffix: &str) -> PathBuf {
 pub fn report_dir(out: Option<&Path>, name: &str, suffix: &str) -> Result<PathBuf> {
     let dir = report_path(out, name, suffix);
     if dir.exists() && !dir.is_dir() {
-        bail!("--out {}: exists and is not a directory", dir.display());
+        bail!(
+            "report directory {}: exists and is not a directory",
+            dir.display()
+        );
     }
     std::fs::create_dir_all(&dir)
-        .with_context(|| format!("--out {}: cannot create the directory", dir.display()))?;
+        .with_context(|| format!("report directory {}: cannot be created", dir.display()))?;
     Ok(dir)
 }
 
