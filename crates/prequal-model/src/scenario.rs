@@ -548,6 +548,12 @@ impl Scenario {
                 .map_err(|e| bad(format!("clients.hedge.{}", e.key), e.message))?;
         }
         self.clients.balancer_keys().validate("clients.")?;
+        if self.experiment.timeout.is_some_and(|t| t.is_zero()) {
+            return Err(bad(
+                "experiment.timeout",
+                "must be above 0 (omit it for clients.deadline, else 30 s)",
+            ));
+        }
         if self.latency_objective.is_zero() {
             return Err(bad(
                 "latency_objective",

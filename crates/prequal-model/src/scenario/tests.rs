@@ -36,6 +36,11 @@ fn bad_values_name_their_key_path() {
             "latency_objective = \"0s\"",
             "latency_objective",
         ),
+        (
+            "[clients]",
+            "[experiment]\ntimeout = \"0s\"\n[clients]",
+            "experiment.timeout",
+        ),
         // Counts that would abort the process allocating them.
         ("count = 1\n", "count = 1000000000\n", "clients.count"),
         ("count = 11\n", "count = 1000000000\n", "servers.count"),
