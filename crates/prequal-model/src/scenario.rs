@@ -533,6 +533,19 @@ impl Scenario {
                 "expected at least one policy, e.g. [\"prequal\"]",
             ));
         }
+        let tables: Vec<Option<toml::Value>> = self
+            .contenders
+            .iter()
+            .map(|c| toml::Value::try_from(c).ok())
+            .collect();
+        for (j, table) in tables.iter().enumerate() {
+            if let Some(i) = tables[..j].iter().position(|t| t.is_some() && t == table) {
+                return Err(bad(
+                    format!("contenders[{j}]"),
+                    format!("repeats contenders[{i}]: a seed gives the same run twice"),
+                ));
+            }
+        }
         for (i, c) in self.contenders.iter().enumerate() {
             c.policy
                 .validate()

@@ -47,6 +47,7 @@ fn add_hedged_copies(s: &mut Scenario) {
     if s.clients.hedge.as_ref().is_some_and(|h| h.enabled) {
         return; // Every contender hedges already.
     }
+    let given = s.contenders.clone();
     let mut out = Vec::new();
     for c in s.contenders.drain(..) {
         let hedged = c.hedge.is_none().then(|| Contender {
@@ -54,10 +55,20 @@ fn add_hedged_copies(s: &mut Scenario) {
             hedge: Some(HedgeConfig::default()),
             balancer: c.balancer.clone(),
         });
+        // A contender the file already runs with default hedging is not run twice.
+        let hedged = hedged.filter(|h| !given.iter().any(|g| same(g, h)));
         out.push(c);
         out.extend(hedged);
     }
     s.contenders = out;
+}
+
+/// Whether two contenders are the same run (compared as the tables they are written as).
+fn same(a: &Contender, b: &Contender) -> bool {
+    match (toml::Value::try_from(a), toml::Value::try_from(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
 }
 
 /// The range of `--time-scale`: beyond it the scaled durations round to nothing or overflow.
@@ -193,6 +204,28 @@ mod tests {
         }
         let out = Path::new("/somewhere/else");
         assert_eq!(report_path(Some(out), "x", ""), out);
+    }
+
+    #[test]
+    fn hedged_copies_are_not_added_where_the_file_runs_one_already() {
+        let faults = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/faults.toml");
+        let mut scenario = load(&faults, None, 1.0).unwrap().scenario;
+        let before = scenario.contenders.len();
+        let hedged = scenario
+            .contenders
+            .iter()
+            .filter(|c| c.hedge.is_some())
+            .count();
+        add_hedged_copies(&mut scenario);
+        // One copy for each contender without hedging, except `prequal`, which the file also
+        // runs with default hedging.
+        assert_eq!(scenario.contenders.len(), 2 * before - hedged - 1);
+        for (j, c) in scenario.contenders.iter().enumerate() {
+            assert!(
+                !scenario.contenders[..j].iter().any(|d| same(c, d)),
+                "contender {j} repeated"
+            );
+        }
     }
 
     #[test]

@@ -57,6 +57,12 @@ fn bad_values_name_their_key_path() {
             "{ name = \"prequal\", q_rif = 7.0 }]",
             "contenders[3]",
         ),
+        // The same contender twice: the same run twice, under the same label.
+        (
+            "\"prequal\"]",
+            "\"prequal\", { name = \"prequal\" }]",
+            "repeats contenders[3]",
+        ),
     ];
     for (from, to, key) in cases {
         let text = BRR.replacen(from, to, 1);
