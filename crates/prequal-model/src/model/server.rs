@@ -184,7 +184,16 @@ impl ServersSpec {
             positive(&format!("servers.speed[{i}].factor"), s.factor)?;
         }
         for (i, e) in self.episodes.iter().enumerate() {
-            e.validate(&format!("servers.episodes[{i}]"), self.count)?;
+            let key = format!("servers.episodes[{i}]");
+            e.validate(&key, self.count)?;
+            if e.capacity_loss.is_some() && self.latency.is_some() {
+                // The latency model has no cores or workers to take away.
+                return Err(ModelError::invalid(
+                    format!("{key}.capacity_loss"),
+                    "has no effect under the latency model; use `slow` or `latency`, or a \
+                     capacity or thread-pool model",
+                ));
+            }
         }
         Ok(())
     }

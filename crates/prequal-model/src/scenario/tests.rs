@@ -30,6 +30,11 @@ fn bad_values_name_their_key_path() {
             "servers.episodes[0].servers",
         ),
         ("end = \"45s\"", "end = \"5s\"", "servers.episodes[0].end"),
+        (
+            "end = \"45s\"",
+            "end = \"45s\"\ncapacity_loss = 0.5",
+            "servers.episodes[0].capacity_loss",
+        ),
         ("count = 1\n", "count = 0\n", "clients.count"),
         (
             "latency_objective = \"1s\"",
