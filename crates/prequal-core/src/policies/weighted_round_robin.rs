@@ -194,7 +194,7 @@ impl WeightedRoundRobin {
         if n == 0 {
             return;
         }
-        let total: f64 = self.schedule.iter().map(|(_, s)| s.effective).sum();
+        let total = self.total;
         let draws: Vec<f64> = (0..n).map(|_| rng.random::<f64>()).collect();
         let mean = draws.iter().sum::<f64>() / n as f64;
         for (i, draw) in draws.into_iter().enumerate() {
@@ -279,7 +279,7 @@ impl WeightedRoundRobin {
         if n == 0 {
             return 1.0;
         }
-        self.schedule.iter().map(|(_, s)| s.effective).sum::<f64>() / n as f64
+        self.total / n as f64
     }
 
     fn queue_poll(&mut self, replica: ReplicaId) {
