@@ -150,6 +150,17 @@ pub struct Contender {
     pub balancer: BalancerKeys,
 }
 
+impl Contender {
+    /// Whether `other` is the same run: the same table once written out (policy, hedging and
+    /// balancer keys, defaults filled in).
+    pub fn same_run(&self, other: &Contender) -> bool {
+        match (toml::Value::try_from(self), toml::Value::try_from(other)) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
 impl From<PolicyConfig> for Contender {
     fn from(policy: PolicyConfig) -> Self {
         Contender {
@@ -533,13 +544,8 @@ impl Scenario {
                 "expected at least one policy, e.g. [\"prequal\"]",
             ));
         }
-        let tables: Vec<Option<toml::Value>> = self
-            .contenders
-            .iter()
-            .map(|c| toml::Value::try_from(c).ok())
-            .collect();
-        for (j, table) in tables.iter().enumerate() {
-            if let Some(i) = tables[..j].iter().position(|t| t.is_some() && t == table) {
+        for (j, c) in self.contenders.iter().enumerate() {
+            if let Some(i) = self.contenders[..j].iter().position(|d| d.same_run(c)) {
                 return Err(bad(
                     format!("contenders[{j}]"),
                     format!("repeats contenders[{i}]: a seed gives the same run twice"),

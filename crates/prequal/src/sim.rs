@@ -56,19 +56,11 @@ fn add_hedged_copies(s: &mut Scenario) {
             balancer: c.balancer.clone(),
         });
         // A contender the file already runs with default hedging is not run twice.
-        let hedged = hedged.filter(|h| !given.iter().any(|g| same(g, h)));
+        let hedged = hedged.filter(|h| !given.iter().any(|g| g.same_run(h)));
         out.push(c);
         out.extend(hedged);
     }
     s.contenders = out;
-}
-
-/// Whether two contenders are the same run (compared as the tables they are written as).
-fn same(a: &Contender, b: &Contender) -> bool {
-    match (toml::Value::try_from(a), toml::Value::try_from(b)) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => false,
-    }
 }
 
 /// The range of `--time-scale`: beyond it the scaled durations round to nothing or overflow.
@@ -222,7 +214,7 @@ mod tests {
         assert_eq!(scenario.contenders.len(), 2 * before - hedged - 1);
         for (j, c) in scenario.contenders.iter().enumerate() {
             assert!(
-                !scenario.contenders[..j].iter().any(|d| same(c, d)),
+                !scenario.contenders[..j].iter().any(|d| d.same_run(c)),
                 "contender {j} repeated"
             );
         }
