@@ -456,8 +456,8 @@ impl ClusterConfig {
     }
 }
 
-/// Checks that `text` is `host:port` with a numeric port.
-/// Whether `text` is a `host:port` a replica can be reached at (a reason if not).
+/// Checks that `text` is a `host:port` a replica can be reached at: a numeric port other than
+/// 0, no user info (the reason if not).
 pub(crate) fn check_authority(text: &str) -> Result<(), String> {
     let parsed: Result<http::uri::Authority, _> = text.parse();
     match parsed {

@@ -392,7 +392,8 @@ impl<'a> Tries<'a> {
             guard,
             chosen.authority,
             upstream,
-            (deadline, watched),
+            deadline,
+            watched,
             client_failed,
         );
         running.push(Box::pin(async move { (step.await, hedge) }), deadline);
@@ -476,7 +477,8 @@ async fn one_try(
     mut guard: TryGuard,
     authority: Authority,
     upstream: Request<ProxyBody>,
-    (deadline, watched): (Instant, bool),
+    deadline: Instant,
+    watched: bool,
     client_failed: Option<ClientFailed>,
 ) -> Step {
     let cluster = Arc::clone(&guard.cluster);
