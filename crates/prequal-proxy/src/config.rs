@@ -327,6 +327,49 @@ impl ProxyConfig {
         Ok(config)
     }
 
+    /// Settings that are valid but probably not what was meant, as `(key, message)`: the
+    /// proxy logs them when it starts and on every reload.
+    pub fn warnings(&self) -> Vec<(String, String)> {
+        let mut warnings = Vec::new();
+        for (name, cluster) in &self.clusters {
+            if cluster.try_timeout > cluster.request_timeout {
+                warnings.push((
+                    format!("clusters.{name}.try_timeout"),
+                    format!(
+                        "{} is longer than request_timeout ({}): a try never times out on its \
+                         own, so no try is retried after a timeout",
+                        humantime::format_duration(cluster.try_timeout),
+                        humantime::format_duration(cluster.request_timeout),
+                    ),
+                ));
+            }
+            if let Some(delay) = cluster.hedge.delay.map(|d| d.max(cluster.hedge.min_delay))
+                && cluster.hedge.enabled
+                && delay >= cluster.try_timeout.min(cluster.request_timeout)
+            {
+                warnings.push((
+                    format!("clusters.{name}.hedge.delay"),
+                    format!(
+                        "{} is not shorter than the time a try may take ({}): no request is \
+                         ever hedged",
+                        humantime::format_duration(delay),
+                        humantime::format_duration(
+                            cluster.try_timeout.min(cluster.request_timeout)
+                        ),
+                    ),
+                ));
+            }
+        }
+        warnings
+    }
+
+    /// Logs [`ProxyConfig::warnings`], each with the key it is about.
+    pub fn log_warnings(&self) {
+        for (key, message) in self.warnings() {
+            tracing::warn!(%key, "{message}");
+        }
+    }
+
     /// Checks what the schema alone cannot: ranges, references, and consistency.
     pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
         let invalid = |key: String, message: String| ConfigError::Invalid {
@@ -489,6 +532,32 @@ mod tests {
         // The balancer's defaults are the proxy's: a scenario that sets no balancer key
         // simulates this cluster.
         assert_eq!(cluster.balancer(), BalancerConfig::default());
+    }
+
+    #[test]
+    fn settings_that_cancel_a_feature_are_warned_about_with_their_key() {
+        let warnings = |extra: &str| {
+            ProxyConfig::from_toml(
+                &format!("[clusters.api]\nupstreams = [\"127.0.0.1:1\"]\n{extra}"),
+                "test.toml",
+            )
+            .unwrap()
+            .warnings()
+        };
+        assert_eq!(warnings(""), vec![]);
+        let found = warnings("try_timeout = \"20s\"\nrequest_timeout = \"5s\"");
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0, "clusters.api.try_timeout");
+        assert!(found[0].1.contains("request_timeout (5s)"), "{found:?}");
+        let found = warnings("try_timeout = \"1s\"\nhedge = { delay = \"2s\" }");
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0, "clusters.api.hedge.delay");
+        // A hedge delay that the try can outlast, or hedging turned off: nothing to say.
+        assert_eq!(warnings("hedge = { delay = \"50ms\" }"), vec![]);
+        assert_eq!(
+            warnings("try_timeout = \"1s\"\nhedge = { enabled = false, delay = \"2s\" }"),
+            vec![]
+        );
     }
 
     #[test]

@@ -88,6 +88,7 @@ impl ProxyHandle {
     /// configuration stays in force. A changed listen address needs a restart (logged).
     pub fn reload(&self, config: &ProxyConfig) -> Result<(), ProxyError> {
         config.validate("<reload>")?;
+        config.log_warnings();
         let old = self.shared.routing();
         if config.server != old.config().server || config.admin != old.config().admin {
             tracing::warn!("[server] and [admin] changes take effect only after a restart");
@@ -125,6 +126,7 @@ impl Proxy {
     /// inside a tokio runtime.
     pub async fn bind(config: &ProxyConfig) -> Result<Self, ProxyError> {
         config.validate("<config>")?;
+        config.log_warnings();
         let listen = config.server.listen;
         let listener = TcpListener::bind(listen)
             .await
