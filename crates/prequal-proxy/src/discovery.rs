@@ -168,4 +168,50 @@ mod tests {
         let lines: Vec<usize> = numbered_lines(text).map(|(line, _)| line).collect();
         assert_eq!(lines, vec![1, 2, 3, 4, 5, 6, 7]);
     }
+
+    /// Collects what a tracing subscriber writes.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_line_left_out_is_logged_with_its_file_and_line_number() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let path = std::path::Path::new("/etc/prequal/replicas.txt");
+        let kept = tracing::subscriber::with_default(subscriber, || {
+            read_list(path, "127.0.0.1:1\n# comment\nhost:0\n", "api")
+        });
+        assert_eq!(kept, vec!["127.0.0.1:1"]);
+        let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = log.lines().collect();
+        assert_eq!(lines.len(), 1, "{log}");
+        for part in [
+            "WARN",
+            "not host:port",
+            "file=/etc/prequal/replicas.txt",
+            "line=3",
+            "addr=\"host:0\"",
+            "cluster=\"api\"",
+        ] {
+            assert!(lines[0].contains(part), "{part} missing: {log}");
+        }
+    }
 }
