@@ -274,6 +274,27 @@ fn scenario_mistakes_name_the_key() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn a_mistake_found_while_planning_names_the_scenario_file() {
+    // The file parses; the mistake is in a flag checked against it, once the plan is made.
+    let dir = temp_dir("plan");
+    let file = scenario(&dir, "1s", "");
+    let output = Command::new(env!("CARGO_BIN_EXE_prequal"))
+        .args(["experiment", file.to_str().unwrap(), "--dry-run"])
+        .args(["--only", "no-such-contender"])
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "accepted: {stderr}");
+    assert!(stderr.contains(file.to_str().unwrap()), "{stderr}");
+    assert!(
+        stderr.contains("--only") && stderr.contains("no-such-contender"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A hedged contender runs live as a hedging prequal proxy, beside an unhedged one, against a
 /// replica black-holed for the whole run; the report carries each proxy's hedges and tries.
 #[test]
