@@ -336,8 +336,8 @@ impl ProxyConfig {
                 warnings.push((
                     format!("clusters.{name}.try_timeout"),
                     format!(
-                        "{} is longer than request_timeout ({}): a try never times out on its \
-                         own, so no try is retried after a timeout",
+                        "try_timeout ({}) is longer than request_timeout ({}): a try never \
+                         times out on its own, so no try is retried after a timeout",
                         humantime::format_duration(cluster.try_timeout),
                         humantime::format_duration(cluster.request_timeout),
                     ),
@@ -350,8 +350,8 @@ impl ProxyConfig {
                 warnings.push((
                     format!("clusters.{name}.hedge.delay"),
                     format!(
-                        "{} is not shorter than the time a try may take ({}): no request is \
-                         ever hedged",
+                        "hedge.delay ({}) is not shorter than the time a try may take ({}): no \
+                         request is ever hedged",
                         humantime::format_duration(delay),
                         humantime::format_duration(
                             cluster.try_timeout.min(cluster.request_timeout)
