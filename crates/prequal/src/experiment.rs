@@ -50,6 +50,9 @@ pub struct Args {
 /// Runs `prequal experiment`.
 pub fn run(args: &Args) -> Result<()> {
     let compiled = crate::sim::load(&args.scenario, args.seed, args.time_scale)?;
+    if let Some(note) = crate::sim::time_scale_note(&compiled, args.time_scale) {
+        eprintln!("{note}");
+    }
     let (out, name) = (args.out.as_deref(), &compiled.scenario.name);
     let out = match args.dry_run {
         true => crate::sim::report_path(out, name, "-live"),

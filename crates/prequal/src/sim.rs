@@ -86,6 +86,23 @@ pub fn load(path: &Path, seed: Option<u64>, time_scale: f64) -> Result<Compiled>
     })?)
 }
 
+/// A note for a run shortened with `--time-scale` whose scenario has episodes: the schedule
+/// and the episodes shrink, the replicas' load tracker keeps its time constants, so a replica
+/// shunned during a shortened episode takes as long to be tried again as at full length.
+pub fn time_scale_note(compiled: &Compiled, time_scale: f64) -> Option<String> {
+    let estimator = &compiled.scenario.estimator;
+    (time_scale < 1.0 && !compiled.scenario.servers.episodes.is_empty()).then(|| {
+        format!(
+            "note: --time-scale {time_scale} shortens the load and the episodes, not the \
+             replicas' load tracker (max_age {}, stale_half_life {}): a replica shunned during \
+             a shortened episode takes as long to be tried again as at full length, a larger \
+             share of a shorter run (docs/testbed.md)",
+            humantime::format_duration(estimator.max_age),
+            humantime::format_duration(estimator.stale_half_life),
+        )
+    })
+}
+
 /// Runs every plan with a progress bar on stderr (hidden when stderr is not a terminal).
 pub fn run_plans(compiled: &Compiled, plans: &[RunPlan]) -> Result<Report> {
     let bar = if std::io::stderr().is_terminal() {
@@ -145,6 +162,9 @@ pub fn report_dir(out: Option<&Path>, name: &str, suffix: &str) -> Result<PathBu
 /// Runs `prequal sim`.
 pub fn run(args: &Args) -> Result<()> {
     let mut compiled = load(&args.scenario, args.seed, args.time_scale)?;
+    if let Some(note) = time_scale_note(&compiled, args.time_scale) {
+        eprintln!("{note}");
+    }
     if args.hedge {
         add_hedged_copies(&mut compiled.scenario);
     }
@@ -218,6 +238,21 @@ mod tests {
                 "contender {j} repeated"
             );
         }
+    }
+
+    #[test]
+    fn a_shortened_run_with_episodes_says_the_tracker_is_not_shortened() {
+        let scenarios = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
+        let note = |file: &str, scale: f64| {
+            let compiled = load(&scenarios.join(file), None, scale).unwrap();
+            time_scale_note(&compiled, scale)
+        };
+        let text = note("heterogeneous-85-many.toml", 0.25).expect("a note");
+        assert!(text.contains("--time-scale 0.25"), "{text}");
+        assert!(text.contains("stale_half_life 10s"), "{text}");
+        assert_eq!(note("heterogeneous-85-many.toml", 1.0), None);
+        // No episode: nothing is shunned for a while, so nothing to say.
+        assert_eq!(note("power-of-two-none.toml", 0.25), None);
     }
 
     #[test]
