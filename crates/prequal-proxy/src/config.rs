@@ -332,30 +332,53 @@ impl ProxyConfig {
     pub fn warnings(&self) -> Vec<(String, String)> {
         let mut warnings = Vec::new();
         for (name, cluster) in &self.clusters {
-            if cluster.try_timeout > cluster.request_timeout {
+            if cluster.try_timeout >= cluster.request_timeout {
                 warnings.push((
                     format!("clusters.{name}.try_timeout"),
                     format!(
-                        "try_timeout ({}) is longer than request_timeout ({}): a try never \
+                        "try_timeout ({}) is not shorter than request_timeout ({}): a try never \
                          times out on its own, so no try is retried after a timeout",
                         humantime::format_duration(cluster.try_timeout),
                         humantime::format_duration(cluster.request_timeout),
                     ),
                 ));
             }
-            if let Some(delay) = cluster.hedge.delay.map(|d| d.max(cluster.hedge.min_delay))
-                && cluster.hedge.enabled
-                && delay >= cluster.try_timeout.min(cluster.request_timeout)
+            let hedge = &cluster.hedge;
+            // The hedge is due this long after the first try starts, at the soonest: the fixed
+            // delay, or the learned one, never below `min_delay`.
+            let due = hedge.delay.unwrap_or_default().max(hedge.min_delay);
+            let set_by = match hedge.delay {
+                Some(delay) if delay >= hedge.min_delay => "hedge.delay",
+                _ => "hedge.min_delay",
+            };
+            // Past the request's deadline no hedge can go; past the first try's, one can go only
+            // beside its retry, as a third try.
+            let limit = if due >= cluster.request_timeout {
+                Some(("request_timeout", cluster.request_timeout))
+            } else if due >= cluster.try_timeout && cluster.max_attempts <= 2 {
+                Some(("try_timeout", cluster.try_timeout))
+            } else {
+                None
+            };
+            if let Some((what, limit)) = limit
+                && hedge.enabled
             {
-                warnings.push((
-                    format!("clusters.{name}.hedge.delay"),
+                let why = if what == "try_timeout" {
                     format!(
-                        "hedge.delay ({}) is not shorter than the time a try may take ({}): no \
-                         request is ever hedged",
-                        humantime::format_duration(delay),
-                        humantime::format_duration(
-                            cluster.try_timeout.min(cluster.request_timeout)
-                        ),
+                        " (the first try times out before its hedge is due, and max_attempts = \
+                         {} leaves no room for a hedge beside its retry)",
+                        cluster.max_attempts
+                    )
+                } else {
+                    String::new()
+                };
+                warnings.push((
+                    format!("clusters.{name}.{set_by}"),
+                    format!(
+                        "{set_by} makes a hedge due {} after the first try, not before {what} ({}): \
+                         no request is ever hedged{why}",
+                        humantime::format_duration(due),
+                        humantime::format_duration(limit),
                     ),
                 ));
             }
@@ -544,18 +567,46 @@ mod tests {
             .unwrap()
             .warnings()
         };
+        let keys = |extra: &str| -> Vec<String> {
+            warnings(extra).into_iter().map(|(key, _)| key).collect()
+        };
         assert_eq!(warnings(""), vec![]);
         let found = warnings("try_timeout = \"20s\"\nrequest_timeout = \"5s\"");
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].0, "clusters.api.try_timeout");
         assert!(found[0].1.contains("request_timeout (5s)"), "{found:?}");
-        let found = warnings("try_timeout = \"1s\"\nhedge = { delay = \"2s\" }");
+        assert_eq!(
+            keys("try_timeout = \"5s\"\nrequest_timeout = \"5s\""),
+            ["clusters.api.try_timeout"]
+        );
+        // A hedge due after the request's deadline never goes.
+        assert_eq!(
+            keys("hedge = { delay = \"40s\" }"),
+            ["clusters.api.hedge.delay"]
+        );
+        // Due after the first try's deadline it can still go beside the retry, as a third try,
+        // unless max_attempts leaves no room for one.
+        assert_eq!(
+            keys("try_timeout = \"1s\"\nhedge = { delay = \"2s\" }"),
+            Vec::<String>::new()
+        );
+        let found = warnings("try_timeout = \"1s\"\nmax_attempts = 2\nhedge = { delay = \"2s\" }");
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].0, "clusters.api.hedge.delay");
-        // A hedge delay that the try can outlast, or hedging turned off: nothing to say.
+        assert!(found[0].1.contains("max_attempts = 2"), "{found:?}");
+        // `min_delay` sets the delay when it is the larger, fixed or learned: it is named.
+        assert_eq!(
+            keys("hedge = { delay = \"50ms\", min_delay = \"40s\" }"),
+            ["clusters.api.hedge.min_delay"]
+        );
+        assert_eq!(
+            keys("hedge = { min_delay = \"40s\" }"),
+            ["clusters.api.hedge.min_delay"]
+        );
+        // A hedge delay that a try can outlast, or hedging turned off: nothing to say.
         assert_eq!(warnings("hedge = { delay = \"50ms\" }"), vec![]);
         assert_eq!(
-            warnings("try_timeout = \"1s\"\nhedge = { enabled = false, delay = \"2s\" }"),
+            warnings("hedge = { enabled = false, delay = \"40s\" }"),
             vec![]
         );
     }

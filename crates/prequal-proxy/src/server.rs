@@ -88,7 +88,6 @@ impl ProxyHandle {
     /// configuration stays in force. A changed listen address needs a restart (logged).
     pub fn reload(&self, config: &ProxyConfig) -> Result<(), ProxyError> {
         config.validate("<reload>")?;
-        config.log_warnings();
         let old = self.shared.routing();
         if config.server != old.config().server || config.admin != old.config().admin {
             tracing::warn!("[server] and [admin] changes take effect only after a restart");
@@ -104,6 +103,8 @@ impl ProxyHandle {
         self.shared.set_routing(routing);
         spawn(runtime, background);
         tracing::info!("configuration reloaded");
+        // Only about a configuration that is now in force.
+        config.log_warnings();
         Ok(())
     }
 
