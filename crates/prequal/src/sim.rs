@@ -96,7 +96,7 @@ pub fn time_scale_note(compiled: &Compiled, time_scale: f64) -> Option<String> {
             "note: --time-scale {time_scale} shortens the load and the episodes, not the \
              replicas' load tracker (max_age {}, stale_half_life {}): a replica shunned during \
              a shortened episode takes as long to be tried again as at full length, a larger \
-             share of a shorter run (docs/testbed.md)",
+             share of a shorter run (docs/scenarios.md)",
             humantime::format_duration(estimator.max_age),
             humantime::format_duration(estimator.stale_half_life),
         )
