@@ -126,6 +126,13 @@ impl Default for HedgeConfig {
 }
 
 impl HedgeConfig {
+    /// The soonest a hedge can fall due after the first try starts, whatever is learned: the
+    /// fixed `delay` (a learned one can be anything), never below `min_delay`, as in
+    /// [`Hedger::delay`].
+    pub fn earliest_delay(&self) -> Duration {
+        self.delay.unwrap_or_default().max(self.min_delay)
+    }
+
     /// The budget part, as a retry budget config.
     fn budget(&self) -> RetryBudgetConfig {
         RetryBudgetConfig {

@@ -344,41 +344,37 @@ impl ProxyConfig {
                 ));
             }
             let hedge = &cluster.hedge;
-            // The hedge is due this long after the first try starts, at the soonest: the fixed
-            // delay, or the learned one, never below `min_delay`.
-            let due = hedge.delay.unwrap_or_default().max(hedge.min_delay);
+            let due = hedge.earliest_delay();
             let set_by = match hedge.delay {
                 Some(delay) if delay >= hedge.min_delay => "hedge.delay",
                 _ => "hedge.min_delay",
             };
             // Past the request's deadline no hedge can go; past the first try's, one can go only
             // beside its retry, as a third try.
-            let limit = if due >= cluster.request_timeout {
-                Some(("request_timeout", cluster.request_timeout))
+            let never = if due >= cluster.request_timeout {
+                Some(format!(
+                    "not before request_timeout ({})",
+                    humantime::format_duration(cluster.request_timeout)
+                ))
             } else if due >= cluster.try_timeout && cluster.max_attempts <= 2 {
-                Some(("try_timeout", cluster.try_timeout))
+                Some(format!(
+                    "not before try_timeout ({}), and max_attempts = {} leaves no room for a \
+                     hedge beside the first try's retry",
+                    humantime::format_duration(cluster.try_timeout),
+                    cluster.max_attempts
+                ))
             } else {
                 None
             };
-            if let Some((what, limit)) = limit
+            if let Some(never) = never
                 && hedge.enabled
             {
-                let why = if what == "try_timeout" {
-                    format!(
-                        " (the first try times out before its hedge is due, and max_attempts = \
-                         {} leaves no room for a hedge beside its retry)",
-                        cluster.max_attempts
-                    )
-                } else {
-                    String::new()
-                };
                 warnings.push((
                     format!("clusters.{name}.{set_by}"),
                     format!(
-                        "{set_by} makes a hedge due {} after the first try, not before {what} ({}): \
-                         no request is ever hedged{why}",
+                        "{set_by} makes a hedge due {} after the first try, {never}: no request \
+                         is ever hedged",
                         humantime::format_duration(due),
-                        humantime::format_duration(limit),
                     ),
                 ));
             }
