@@ -23,15 +23,15 @@
 //! The prober knows its owner only as a `ProbeOwner`: what to report a probe's end to. So
 //! the cluster uses the prober, and the prober does not use the cluster.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use http::HeaderValue;
 use http::uri::{Authority, PathAndQuery};
 use prequal_core::{LoadReport, ProbeEnd, ProbeRequest, ReplicaId};
 use prequal_http::protocol::probe_path_and_query;
-use prequal_http::read_probe_reply;
+use prequal_http::{ProbeReplyError, read_probe_reply};
 use prometheus_client::metrics::counter::Counter;
 
 use crate::body::{BoxError, empty};
@@ -50,12 +50,57 @@ const PROBE_LINGER: Duration = Duration::from_secs(1);
 /// Probes to send, with where each goes (`None` if the replica left meanwhile).
 pub(crate) type Outbox = Vec<(ProbeRequest, Option<ProbeTarget>)>;
 
-/// The replica a probe goes to: its address and its count of probes outstanding.
+/// The replica a probe goes to: its address, its count of probes outstanding and whether it
+/// refuses probes.
 #[derive(Debug, Clone)]
 pub(crate) struct ProbeTarget {
     pub(crate) authority: Authority,
     /// Probes sent to the replica that have not finished yet, late ones included.
     pub(crate) outstanding: Arc<AtomicUsize>,
+    /// Whether the replica answers probes with something other than a probe reply.
+    pub(crate) refusal: Arc<ProbeRefusal>,
+}
+
+/// Whether a replica answers probes with something other than a probe reply: a service with
+/// no `prequal sidecar` in front of it answers `GET /.prequal/probe` with a 404, or with a page
+/// the parser refuses. Shared by the replica's probes, so that the proxy says so once, when it
+/// starts, and again only after the replica has answered a probe in between.
+#[derive(Debug, Default)]
+pub(crate) struct ProbeRefusal {
+    refusing: AtomicBool,
+    /// What the latest refused probe got back, while the replica refuses them.
+    reason: Mutex<Option<String>>,
+}
+
+impl ProbeRefusal {
+    /// Records a probe the replica answered with `reason` instead of a reply; true when the
+    /// replica was answering probes until now (or had not been probed yet).
+    fn refused(&self, reason: String) -> bool {
+        if let Ok(mut held) = self.reason.lock() {
+            *held = Some(reason);
+        }
+        !self.refusing.swap(true, Ordering::AcqRel)
+    }
+
+    /// Records a probe reply; true when the replica was refusing probes until now.
+    fn answered(&self) -> bool {
+        // One load on the common path: a replica that answers probes takes no lock.
+        if !self.refusing.load(Ordering::Acquire) || !self.refusing.swap(false, Ordering::AcqRel) {
+            return false;
+        }
+        if let Ok(mut held) = self.reason.lock() {
+            *held = None;
+        }
+        true
+    }
+
+    /// What the replica's latest probe got back, while it refuses probes.
+    pub(crate) fn reason(&self) -> Option<String> {
+        if !self.refusing.load(Ordering::Acquire) {
+            return None;
+        }
+        self.reason.lock().ok().and_then(|held| held.clone())
+    }
 }
 
 /// What a probe's end is reported to: the cluster whose policy asked for it.
@@ -177,13 +222,7 @@ fn launch<O: ProbeOwner>(owner: &Arc<O>, outbox: Outbox, worker: usize) -> Vec<P
             continue;
         };
         let slot = (in_flight, outstanding);
-        runtime.spawn(run_probe(
-            Arc::clone(owner),
-            probe,
-            target.authority,
-            slot,
-            worker,
-        ));
+        runtime.spawn(run_probe(Arc::clone(owner), probe, target, slot, worker));
     }
     unsent
 }
@@ -214,19 +253,33 @@ impl Drop for Slot {
 async fn run_probe<O: ProbeOwner>(
     owner: Arc<O>,
     probe: ProbeRequest,
-    authority: Authority,
+    target: ProbeTarget,
     permit: (Slot, Slot),
     worker: usize,
 ) {
+    let authority = &target.authority;
     // Probes are spawned while a request is being picked for; yielding once lets that request
     // be written to its replica first, so probing never delays the query that triggered it.
     tokio::task::yield_now().await;
     let prober = owner.prober();
-    let mut fetch = std::pin::pin!(fetch(prober, &probe, &authority, worker));
+    let mut fetch = std::pin::pin!(fetch(prober, &probe, authority, worker));
     let report = match tokio::time::timeout(prober.timeout(), fetch.as_mut()).await {
         Ok(Ok(report)) => report,
         Ok(Err(error)) => {
             tracing::debug!(cluster = %prober.name, replica = %authority, %error, "probe failed");
+            if let Some(refused) = error.downcast_ref::<ProbeReplyError>()
+                && target.refusal.refused(refused.to_string())
+            {
+                tracing::warn!(
+                    cluster = %prober.name,
+                    replica = %authority,
+                    answer = %refused,
+                    "replica does not answer probes (GET {}): the cluster's policy balances \
+                     without its load until it does; run `prequal sidecar` in front of it \
+                     (docs/proxy.md), or choose a policy that needs no probes, such as least-time",
+                    prequal_http::protocol::PROBE_PATH,
+                );
+            }
             drop(permit);
             send(&owner, owner.probe_result(&probe, ProbeEnd::Failed), worker);
             return;
@@ -243,6 +296,9 @@ async fn run_probe<O: ProbeOwner>(
         }
     };
     drop(permit);
+    if target.refusal.answered() {
+        tracing::info!(cluster = %prober.name, replica = %authority, "replica answers probes again");
+    }
     send(
         &owner,
         owner.probe_result(&probe, ProbeEnd::Reply(&report)),

@@ -308,6 +308,53 @@ async fn admin_views(proto: Proto) {
 }
 over_h1_and_h2!(admin_serves_metrics_health_and_cluster_views, admin_views);
 
+/// What the admin view says each replica's probes get back instead of a reply, by address.
+async fn probes_refused(admin: &TestClient, at: std::net::SocketAddr) -> Vec<(String, String)> {
+    let json: serde_json::Value =
+        serde_json::from_str(&get(admin, at, "/clusters/test").await.1).unwrap();
+    json["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| {
+            let refused = r["probes_refused"].as_str()?;
+            Some((r["address"].as_str()?.to_owned(), refused.to_owned()))
+        })
+        .collect()
+}
+
+/// A replica with no sidecar answers probes with a 404. Every request still succeeds, the
+/// admin view names that replica and what its probes got, and the mark goes once it answers
+/// probes again.
+async fn refused_probes_are_shown(proto: Proto) {
+    let backends = futures_join(2).await;
+    backends[1].set_probe_status(404);
+    let refs: Vec<&Backend> = backends.iter().collect();
+    let proxy = start_proxy(&config_text(&refs, proto, PREQUAL, NO_HEDGING)).await;
+    let client = client(proto);
+    let admin = client_again(Proto::H1);
+    assert_eq!(load(&client, proxy.addr, 40, 2).await, 40);
+    let refused = probes_refused(&admin, proxy.admin).await;
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0].0, backends[1].addr.to_string());
+    assert!(refused[0].1.contains("404"), "{refused:?}");
+    backends[1].set_probe_status(0);
+    // Each round's queries probe both replicas; a reply from the second clears its mark.
+    let mut rounds = 0;
+    while !probes_refused(&admin, proxy.admin).await.is_empty() && rounds < 50 {
+        assert_eq!(load(&client, proxy.addr, 10, 2).await, 10);
+        rounds += 1;
+    }
+    assert!(
+        probes_refused(&admin, proxy.admin).await.is_empty(),
+        "still marked after {rounds} rounds of queries"
+    );
+}
+over_h1_and_h2!(
+    refused_probes_show_in_the_admin_view,
+    refused_probes_are_shown
+);
+
 /// Connections are dealt to three data-plane threads, each with its own upstream pools; requests
 /// in flight on every thread complete when the proxy drains.
 async fn worker_threads_serve_and_drain(proto: Proto) {

@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::metrics::{ClusterMetrics, Metrics, ReplicaMetrics};
-use crate::prober::{Outbox, ProbeTarget};
+use crate::prober::{Outbox, ProbeRefusal, ProbeTarget};
 
 /// What a pick is for: which try of its request, and where it may not go.
 #[derive(Debug, Clone, Copy)]
@@ -66,6 +66,8 @@ struct Member {
     metrics: ReplicaMetrics,
     /// Probes to it not finished yet (see [`ProbeTarget`]).
     probes_outstanding: Arc<AtomicUsize>,
+    /// Whether it answers probes with something other than a probe reply.
+    probe_refusal: Arc<ProbeRefusal>,
     /// Its last try that ended either way failed (for logging the start and end of failures).
     failing: bool,
 }
@@ -149,6 +151,7 @@ impl State {
                 authority,
                 metrics: registry.replica(&m.name, addr),
                 probes_outstanding: Arc::default(),
+                probe_refusal: Arc::default(),
                 failing: false,
             };
             self.members.insert(id, member);
@@ -217,6 +220,7 @@ impl State {
             let target = self.members.get(&probe.replica).map(|m| ProbeTarget {
                 authority: m.authority.clone(),
                 outstanding: Arc::clone(&m.probes_outstanding),
+                refusal: Arc::clone(&m.probe_refusal),
             });
             outbox.push((probe, target));
         }
@@ -303,6 +307,7 @@ impl State {
                     "ejected": self.balancer.is_ejected(*id),
                     "ramping": self.balancer.is_ramping(*id, now),
                     "tries": member.metrics.counts(),
+                    "probes_refused": member.probe_refusal.reason(),
                 })
             })
             .collect();

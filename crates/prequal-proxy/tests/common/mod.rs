@@ -50,6 +50,9 @@ pub struct Backend {
     pub delay_ms: Arc<AtomicU64>,
     /// How long probes wait before their answer (0 by default).
     pub probe_delay_ms: Arc<AtomicU64>,
+    /// When not 0, probes are answered with this status and no reply, as by a service with no
+    /// sidecar.
+    pub probe_status: Arc<AtomicU16>,
     pub status: Arc<AtomicU16>,
     pub in_flight: Arc<AtomicU32>,
     /// Connections accepted.
@@ -89,6 +92,7 @@ impl Backend {
             hits: Arc::default(),
             delay_ms: Arc::new(AtomicU64::new(1)),
             probe_delay_ms: Arc::default(),
+            probe_status: Arc::default(),
             status: Arc::new(AtomicU16::new(200)),
             in_flight: Arc::default(),
             connections: Arc::default(),
@@ -143,6 +147,7 @@ impl Backend {
             hits: Arc::clone(&self.hits),
             delay_ms: Arc::clone(&self.delay_ms),
             probe_delay_ms: Arc::clone(&self.probe_delay_ms),
+            probe_status: Arc::clone(&self.probe_status),
             status: Arc::clone(&self.status),
             in_flight: Arc::clone(&self.in_flight),
         }
@@ -158,6 +163,11 @@ impl Backend {
 
     pub fn set_probe_delay_ms(&self, ms: u64) {
         self.probe_delay_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// Probes get `status` and no reply from now on; 0 answers them again.
+    pub fn set_probe_status(&self, status: u16) {
+        self.probe_status.store(status, Ordering::SeqCst);
     }
 
     pub fn set_status(&self, status: u16) {
@@ -184,6 +194,7 @@ struct BackendState {
     hits: Arc<AtomicU64>,
     delay_ms: Arc<AtomicU64>,
     probe_delay_ms: Arc<AtomicU64>,
+    probe_status: Arc<AtomicU16>,
     status: Arc<AtomicU16>,
     in_flight: Arc<AtomicU32>,
 }
@@ -195,6 +206,11 @@ impl BackendState {
             let probe_delay = self.probe_delay_ms.load(Ordering::SeqCst);
             if probe_delay > 0 {
                 tokio::time::sleep(Duration::from_millis(probe_delay)).await;
+            }
+            if let Ok(status) = StatusCode::from_u16(self.probe_status.load(Ordering::SeqCst)) {
+                let mut response = Response::new(TestBody::text("not found"));
+                *response.status_mut() = status;
+                return Ok(response);
             }
             // RIF from the counter; the latency estimate is the configured delay.
             let report = LoadReport {
