@@ -23,7 +23,7 @@
 //! The prober knows its owner only as a `ProbeOwner`: what to report a probe's end to. So
 //! the cluster uses the prober, and the prober does not use the cluster.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -50,29 +50,45 @@ const PROBE_LINGER: Duration = Duration::from_secs(1);
 /// Probes to send, with where each goes (`None` if the replica left meanwhile).
 pub(crate) type Outbox = Vec<(ProbeRequest, Option<ProbeTarget>)>;
 
-/// The replica a probe goes to: its address, its count of probes outstanding and whether it
-/// refuses probes.
+/// The replica a probe goes to: its address, its count of probes outstanding and how its
+/// probes have been answered.
 #[derive(Debug, Clone)]
 pub(crate) struct ProbeTarget {
     pub(crate) authority: Authority,
     /// Probes sent to the replica that have not finished yet, late ones included.
     pub(crate) outstanding: Arc<AtomicUsize>,
-    /// Whether the replica answers probes with something other than a probe reply.
-    pub(crate) refusal: Arc<ProbeRefusal>,
+    /// Whether the replica refuses probes, or answers them only after the timeout.
+    pub(crate) health: Arc<ProbeHealth>,
 }
 
-/// Whether a replica answers probes with something other than a probe reply: a service with
-/// no `prequal sidecar` in front of it answers `GET /.prequal/probe` with a 404, or with a page
-/// the parser refuses. Shared by the replica's probes, so that the proxy says so once, when it
-/// starts, and again only after the replica has answered a probe in between.
+/// Probes answered only after the probe timeout, in a row, that make the proxy warn.
+const LATE_IN_A_ROW_TO_WARN: u32 = 20;
+/// The shortest time between two warnings of late probes to one replica.
+const LATE_WARNING_INTERVAL: Duration = Duration::from_secs(60);
+
+/// How a replica answers probes, when it does not answer them as it should, shared by its
+/// probes so that the proxy says so once rather than once per probe:
+///
+/// - it *refuses* them: it answers something other than a probe reply (a service with no
+///   `prequal sidecar` in front of it answers `GET /.prequal/probe` with a 404, or with a page
+///   the parser refuses). Warned once, and again only after it has answered a probe in between;
+/// - it answers them *late*: each reply comes after the probe timeout, so the policy counts
+///   every probe as failed (a round trip longer than the policy's `probe_timeout`, as across
+///   zones with the datacenter default of 3 ms, or a replica too busy to answer in time).
+///   Warned after [`LATE_IN_A_ROW_TO_WARN`] in a row with no reply in time between, at most
+///   once a minute.
 #[derive(Debug, Default)]
-pub(crate) struct ProbeRefusal {
+pub(crate) struct ProbeHealth {
     refusing: AtomicBool,
     /// What the latest refused probe got back, while the replica refuses them.
     reason: Mutex<Option<String>>,
+    /// Probes answered after the timeout since the last one answered in time.
+    late: AtomicU32,
+    /// When late probes to the replica were last warned of.
+    late_warned: Mutex<Option<tokio::time::Instant>>,
 }
 
-impl ProbeRefusal {
+impl ProbeHealth {
     /// Records a probe the replica answered with `reason` instead of a reply; true when the
     /// replica was answering probes until now (or had not been probed yet).
     fn refused(&self, reason: String) -> bool {
@@ -82,9 +98,29 @@ impl ProbeRefusal {
         !self.refusing.swap(true, Ordering::AcqRel)
     }
 
-    /// Records a probe reply; true when the replica was refusing probes until now.
+    /// Records a probe answered after the timeout; true when that is worth a warning now.
+    fn answered_late(&self) -> bool {
+        let late = self.late.fetch_add(1, Ordering::AcqRel).saturating_add(1);
+        if late < LATE_IN_A_ROW_TO_WARN {
+            return false;
+        }
+        let Ok(mut warned) = self.late_warned.lock() else {
+            return false;
+        };
+        let now = tokio::time::Instant::now();
+        if warned.is_some_and(|at| now.duration_since(at) < LATE_WARNING_INTERVAL) {
+            return false;
+        }
+        *warned = Some(now);
+        true
+    }
+
+    /// Records a probe reply in time; true when the replica was refusing probes until now.
     fn answered(&self) -> bool {
-        // One load on the common path: a replica that answers probes takes no lock.
+        // Loads only on the common path: a replica that answers probes takes no lock.
+        if self.late.load(Ordering::Acquire) != 0 {
+            self.late.store(0, Ordering::Release);
+        }
         if !self.refusing.load(Ordering::Acquire) || !self.refusing.swap(false, Ordering::AcqRel) {
             return false;
         }
@@ -95,11 +131,16 @@ impl ProbeRefusal {
     }
 
     /// What the replica's latest probe got back, while it refuses probes.
-    pub(crate) fn reason(&self) -> Option<String> {
+    pub(crate) fn refused_with(&self) -> Option<String> {
         if !self.refusing.load(Ordering::Acquire) {
             return None;
         }
         self.reason.lock().ok().and_then(|held| held.clone())
+    }
+
+    /// Probes answered after the timeout since the last one answered in time.
+    pub(crate) fn late_in_a_row(&self) -> u32 {
+        self.late.load(Ordering::Acquire)
     }
 }
 
@@ -262,13 +303,14 @@ async fn run_probe<O: ProbeOwner>(
     // be written to its replica first, so probing never delays the query that triggered it.
     tokio::task::yield_now().await;
     let prober = owner.prober();
+    let started = tokio::time::Instant::now();
     let mut fetch = std::pin::pin!(fetch(prober, &probe, authority, worker));
     let report = match tokio::time::timeout(prober.timeout(), fetch.as_mut()).await {
         Ok(Ok(report)) => report,
         Ok(Err(error)) => {
             tracing::debug!(cluster = %prober.name, replica = %authority, %error, "probe failed");
             if let Some(refused) = error.downcast_ref::<ProbeReplyError>()
-                && target.refusal.refused(refused.to_string())
+                && target.health.refused(refused.to_string())
             {
                 tracing::warn!(
                     cluster = %prober.name,
@@ -290,13 +332,26 @@ async fn run_probe<O: ProbeOwner>(
             // connection goes back to the pool: dropping it would close the connection, and
             // under load, when probes run late, every late probe would cost a new connection.
             send(&owner, owner.probe_result(&probe, ProbeEnd::Failed), worker);
-            let _ = tokio::time::timeout(PROBE_LINGER, fetch).await;
+            let lingered = tokio::time::timeout(PROBE_LINGER, fetch).await;
             drop(permit);
+            if matches!(lingered, Ok(Ok(_))) && target.health.answered_late() {
+                tracing::warn!(
+                    cluster = %prober.name,
+                    replica = %authority,
+                    in_a_row = target.health.late_in_a_row(),
+                    took = ?started.elapsed(),
+                    probe_timeout = ?prober.timeout(),
+                    "replica answers probes only after probe_timeout, so the policy counts them \
+                     as failed and balances without its load: if the network's round trip is \
+                     longer than probe_timeout (its default of 3ms is for one datacenter), raise \
+                     probe_timeout in the cluster's policy table (docs/config.md)"
+                );
+            }
             return;
         }
     };
     drop(permit);
-    if target.refusal.answered() {
+    if target.health.answered() {
         tracing::info!(cluster = %prober.name, replica = %authority, "replica answers probes again");
     }
     send(

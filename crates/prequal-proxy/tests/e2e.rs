@@ -355,6 +355,60 @@ over_h1_and_h2!(
     refused_probes_are_shown
 );
 
+/// How many probes in a row each replica answered only after the probe timeout, by address.
+async fn probes_late(admin: &TestClient, at: std::net::SocketAddr) -> Vec<(String, u64)> {
+    let json: serde_json::Value =
+        serde_json::from_str(&get(admin, at, "/clusters/test").await.1).unwrap();
+    json["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let address = r["address"].as_str().unwrap().to_owned();
+            (address, r["probes_late_in_a_row"].as_u64().unwrap())
+        })
+        .collect()
+}
+
+/// A replica whose probe replies come after the probe timeout (a round trip longer than
+/// `probe_timeout`): the admin view counts its late replies in a row, and the count goes back
+/// to zero once a reply comes in time. Requests succeed throughout.
+async fn late_probes_are_counted(proto: Proto) {
+    let backends = futures_join(2).await;
+    backends[1].set_probe_delay_ms(100);
+    let refs: Vec<&Backend> = backends.iter().collect();
+    let policy = "{ name = \"prequal\", probe_timeout = \"20ms\" }";
+    let proxy = start_proxy(&config_text(&refs, proto, policy, NO_HEDGING)).await;
+    let client = client(proto);
+    let admin = client_again(Proto::H1);
+    let slow = backends[1].addr.to_string();
+    let late_at_slow = |late: &[(String, u64)]| {
+        late.iter()
+            .find(|(address, _)| *address == slow)
+            .map_or(0, |(_, n)| *n)
+    };
+    // Each round's queries probe both replicas; at most two probes to the slow one are out at
+    // once, each for about 100 ms.
+    let mut rounds = 0;
+    while late_at_slow(&probes_late(&admin, proxy.admin).await) < 20 && rounds < 500 {
+        assert_eq!(load(&client, proxy.addr, 4, 2).await, 4);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        rounds += 1;
+    }
+    let late = probes_late(&admin, proxy.admin).await;
+    assert!(late_at_slow(&late) >= 20, "after {rounds} rounds: {late:?}");
+    backends[1].set_probe_delay_ms(0);
+    let mut rounds = 0;
+    while late_at_slow(&probes_late(&admin, proxy.admin).await) > 0 && rounds < 500 {
+        assert_eq!(load(&client, proxy.addr, 4, 2).await, 4);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        rounds += 1;
+    }
+    let late = probes_late(&admin, proxy.admin).await;
+    assert_eq!(late_at_slow(&late), 0, "after {rounds} rounds: {late:?}");
+}
+over_h1_and_h2!(late_probes_show_in_the_admin_view, late_probes_are_counted);
+
 /// Connections are dealt to three data-plane threads, each with its own upstream pools; requests
 /// in flight on every thread complete when the proxy drains.
 async fn worker_threads_serve_and_drain(proto: Proto) {

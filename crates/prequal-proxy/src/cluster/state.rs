@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::metrics::{ClusterMetrics, Metrics, ReplicaMetrics};
-use crate::prober::{Outbox, ProbeRefusal, ProbeTarget};
+use crate::prober::{Outbox, ProbeHealth, ProbeTarget};
 
 /// What a pick is for: which try of its request, and where it may not go.
 #[derive(Debug, Clone, Copy)]
@@ -66,8 +66,8 @@ struct Member {
     metrics: ReplicaMetrics,
     /// Probes to it not finished yet (see [`ProbeTarget`]).
     probes_outstanding: Arc<AtomicUsize>,
-    /// Whether it answers probes with something other than a probe reply.
-    probe_refusal: Arc<ProbeRefusal>,
+    /// Whether it refuses probes, or answers them only after the timeout.
+    probe_health: Arc<ProbeHealth>,
     /// Its last try that ended either way failed (for logging the start and end of failures).
     failing: bool,
 }
@@ -151,7 +151,7 @@ impl State {
                 authority,
                 metrics: registry.replica(&m.name, addr),
                 probes_outstanding: Arc::default(),
-                probe_refusal: Arc::default(),
+                probe_health: Arc::default(),
                 failing: false,
             };
             self.members.insert(id, member);
@@ -220,7 +220,7 @@ impl State {
             let target = self.members.get(&probe.replica).map(|m| ProbeTarget {
                 authority: m.authority.clone(),
                 outstanding: Arc::clone(&m.probes_outstanding),
-                refusal: Arc::clone(&m.probe_refusal),
+                health: Arc::clone(&m.probe_health),
             });
             outbox.push((probe, target));
         }
@@ -307,7 +307,8 @@ impl State {
                     "ejected": self.balancer.is_ejected(*id),
                     "ramping": self.balancer.is_ramping(*id, now),
                     "tries": member.metrics.counts(),
-                    "probes_refused": member.probe_refusal.reason(),
+                    "probes_refused": member.probe_health.refused_with(),
+                    "probes_late_in_a_row": member.probe_health.late_in_a_row(),
                 })
             })
             .collect();
