@@ -103,6 +103,7 @@ impl Config {
             completions_lower_rif: false,
             reports_refresh_pool: false,
             reports_replace_probes: false,
+            fallback_by_local_rif: false,
             max_idle: self.max_idle,
             probe_timeout: self.probe_timeout,
             aversion: Aversion {

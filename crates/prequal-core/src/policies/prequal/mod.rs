@@ -149,6 +149,9 @@ pub struct Config {
     /// A reply's latency grows with this client's unfinished queries sent on it, default true
     /// (the paper's rule: false).
     pub own_queries_raise_latency: bool,
+    /// With fewer than two replies in the pool, the less loaded of two random replicas by this
+    /// client's queries in flight, default true (the paper's uniformly random replica: false).
+    pub fallback_by_local_rif: bool,
     /// A cold reply more than this many times slower than the fastest hot one ranks after
     /// every hot one, default 10 (the paper's rule: 0, no limit).
     pub max_cold_slowdown: f64,
@@ -183,6 +186,7 @@ impl Default for Config {
             reports_refresh_pool: params::REPORTS_REFRESH_POOL,
             reports_replace_probes: params::REPORTS_REPLACE_PROBES,
             own_queries_raise_latency: params::OWN_QUERIES_RAISE_LATENCY,
+            fallback_by_local_rif: params::FALLBACK_BY_LOCAL_RIF,
             max_cold_slowdown: params::MAX_COLD_SLOWDOWN,
             max_idle: params::MAX_IDLE,
             probe_timeout: params::PROBE_TIMEOUT,
@@ -218,6 +222,7 @@ impl Config {
             completions_lower_rif: self.completions_lower_rif,
             reports_refresh_pool: self.reports_refresh_pool,
             reports_replace_probes: self.reports_replace_probes,
+            fallback_by_local_rif: self.fallback_by_local_rif,
             max_idle: self.max_idle,
             probe_timeout: self.probe_timeout,
             aversion: Aversion {
@@ -251,6 +256,7 @@ impl BuildPolicy for Config {
             params::REPORTS_REFRESH_POOL_DOC,
             params::REPORTS_REPLACE_PROBES_DOC,
             params::OWN_QUERIES_RAISE_LATENCY_DOC,
+            params::FALLBACK_BY_LOCAL_RIF_DOC,
             params::MAX_COLD_SLOWDOWN_DOC,
             params::MAX_IDLE_DOC,
             params::PROBE_TIMEOUT_DOC,

@@ -462,9 +462,10 @@ fn the_latency_band_shrinks_when_the_pool_samples_a_large_cluster() {
 }
 
 #[test]
-fn fewer_than_two_replies_falls_back_to_random() {
+fn fewer_than_two_replies_falls_back_to_random_with_the_paper_fallback() {
     let config = Config {
         remove_rate: 0.0,
+        fallback_by_local_rif: false,
         ..Config::default()
     };
     let mut p = policy(&config, 4);
@@ -477,6 +478,38 @@ fn fewer_than_two_replies_falls_back_to_random() {
     }
     assert_eq!(chosen.len(), 4, "uniform fallback reaches every replica");
     assert_eq!(p.pool().len(), 1, "the lone reply is not used");
+}
+
+/// Every probe fails (no sidecar, or a probe timeout shorter than the round trip): the pool
+/// stays empty, and each pick goes to the less loaded of two replicas by this client's
+/// queries in flight, none avoided for its failed probes, since every replica has them. The
+/// paper's fallback picks uniformly at random.
+#[test]
+fn with_no_probe_answered_picks_go_to_the_less_loaded_of_two() {
+    let picks = |fallback_by_local_rif: bool| {
+        let config = Config {
+            fallback_by_local_rif,
+            ..Config::default()
+        };
+        let mut p = policy(&config, 2);
+        let mut rng = rng(5);
+        let now = Time::from_millis(5);
+        for q in 0..5 {
+            p.on_dispatch(ReplicaId(0), QueryId(100 + q), now);
+        }
+        let mut chosen = [0u32; 2];
+        for q in 0..40 {
+            for sent in drop_probes(&mut p, &mut rng) {
+                p.on_probe_failure(&sent, now);
+            }
+            chosen[pick_id(&mut p, q, now, &mut rng).0 as usize] += 1;
+        }
+        assert!(p.pool().is_empty());
+        chosen
+    };
+    assert_eq!(picks(true), [0, 40], "replica 0 has five queries in flight");
+    let random = picks(false);
+    assert!(random[0] > 5 && random[1] > 5, "{random:?}");
 }
 
 #[test]

@@ -123,6 +123,13 @@ impl ReplicaLoad {
             || self.error_share(now, aversion) > aversion.threshold
     }
 
+    /// Whether the replica is avoided at `now` for its queries' error share alone, leaving out
+    /// its failed probes: when no replica answers probes, failed probes say nothing about any
+    /// one of them.
+    pub fn avoided_for_errors(&self, now: Time, aversion: &Aversion) -> bool {
+        aversion.threshold < 1.0 && self.error_share(now, aversion) > aversion.threshold
+    }
+
     fn decay_factor(&self, now: Time, aversion: &Aversion) -> f64 {
         let tau = aversion.decay.as_secs_f64();
         if tau <= 0.0 {
@@ -152,6 +159,55 @@ pub fn random_replica(
         return None;
     }
     Some(replicas.id_at(rng.random_range(0..replicas.len())))
+}
+
+/// The less loaded of two distinct random replicas, by this client's queries in flight there
+/// (ties to the first drawn, so a first one with none in flight is taken without drawing the
+/// second: the same draw as [`random_replica`]), preferring those that are not avoided; `None`
+/// when the set is empty. With one candidate, that one. With `probes_answered` false (no replica has answered
+/// a probe lately) a replica is avoided for its queries' errors only, not for a streak of
+/// failed probes, since then every replica has one.
+pub fn less_loaded_of_two(
+    replicas: &Replicas<ReplicaLoad>,
+    now: Time,
+    aversion: &Aversion,
+    probes_answered: bool,
+    rng: &mut dyn RngCore,
+) -> Option<ReplicaId> {
+    let avoided = |load: &ReplicaLoad| match probes_answered {
+        true => load.avoided(now, aversion),
+        false => load.avoided_for_errors(now, aversion),
+    };
+    let healthy: Vec<(ReplicaId, u32)> = replicas
+        .iter()
+        .filter(|(_, load)| !avoided(load))
+        .map(|(id, load)| (id, load.local_rif))
+        .collect();
+    let candidates = if healthy.is_empty() {
+        replicas
+            .iter()
+            .map(|(id, load)| (id, load.local_rif))
+            .collect()
+    } else {
+        healthy
+    };
+    match candidates.len() {
+        0 => None,
+        1 => Some(candidates[0].0),
+        n => {
+            let first = rng.random_range(0..n);
+            if candidates[first].1 == 0 {
+                // Nothing is less loaded, and the tie goes to it: no second draw.
+                return Some(candidates[first].0);
+            }
+            let mut second = rng.random_range(0..n - 1);
+            if second >= first {
+                second += 1;
+            }
+            let (a, b) = (candidates[first], candidates[second]);
+            Some(if b.1 < a.1 { b.0 } else { a.0 })
+        }
+    }
 }
 
 #[cfg(test)]
@@ -225,6 +281,54 @@ mod tests {
             load.on_probe_failure();
         }
         assert!(!load.avoided(t, &off), "aversion disabled");
+    }
+
+    #[test]
+    fn less_loaded_of_two_takes_the_lower_local_rif_and_skips_avoided_replicas() {
+        let mut replicas = Replicas::new();
+        for (id, rif) in [(0, 5), (1, 0), (2, 5)] {
+            let mut load = ReplicaLoad::default();
+            for _ in 0..rif {
+                load.on_dispatch();
+            }
+            replicas.insert(ReplicaId(id), load);
+        }
+        let mut rng = crate::testing::rng(1);
+        let mut picked = [0u32; 3];
+        for _ in 0..300 {
+            let id = less_loaded_of_two(&replicas, Time::ZERO, &AVERSION, true, &mut rng).unwrap();
+            picked[id.0 as usize] += 1;
+        }
+        // Replica 1 wins whenever it is drawn, which is two draws in three.
+        assert!(picked[1] > 150 && picked[0] + picked[2] > 50, "{picked:?}");
+        // Avoided, it is left out while others remain.
+        if let Some(load) = replicas.get_mut(ReplicaId(1)) {
+            for _ in 0..PROBE_FAILURES_TO_AVOID {
+                load.on_probe_failure();
+            }
+        }
+        for _ in 0..50 {
+            let id = less_loaded_of_two(&replicas, Time::ZERO, &AVERSION, true, &mut rng);
+            assert_ne!(id, Some(ReplicaId(1)));
+        }
+        // Unless no replica answers probes: then a streak of failed probes says nothing.
+        let mut chosen = false;
+        for _ in 0..50 {
+            let id = less_loaded_of_two(&replicas, Time::ZERO, &AVERSION, false, &mut rng);
+            chosen |= id == Some(ReplicaId(1));
+        }
+        assert!(chosen, "the idle replica is chosen again");
+        let mut single = Replicas::new();
+        single.insert(ReplicaId(7), ReplicaLoad::default());
+        assert_eq!(
+            less_loaded_of_two(&single, Time::ZERO, &AVERSION, true, &mut rng),
+            Some(ReplicaId(7))
+        );
+        let empty = Replicas::<ReplicaLoad>::new();
+        assert_eq!(
+            less_loaded_of_two(&empty, Time::ZERO, &AVERSION, true, &mut rng),
+            None
+        );
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //! 2. queues `r_probe` probes (deterministically rounded) to distinct random replicas;
 //! 3. picks the best reply by the rule (replies from avoided replicas last), uses it (its RIF
 //!    goes up by one; it leaves the pool when its reuse budget is spent), or, with fewer than two
-//!    replies in the pool, picks a uniformly random replica;
+//!    replies in the pool, picks a uniformly random replica (the paper), or with
+//!    `fallback_by_local_rif` the one of two random replicas with fewer of this client's queries
+//!    in flight;
 //! 4. removes `r_remove` replies (deterministically rounded), alternating between the oldest and
 //!    the worst by the rule. Removal comes after selection so the best reply is never thrown
 //!    away before the query it was kept for.
@@ -20,7 +22,7 @@ use std::time::Duration;
 
 use rand::{Rng, RngCore};
 
-use super::aversion::{ReplicaLoad, random_replica};
+use super::aversion::{ReplicaLoad, less_loaded_of_two, random_replica};
 use super::params::{ProbingParams, b_reuse, pool_capacity};
 use super::pool::{Entry, Pool};
 use crate::policy::{
@@ -206,6 +208,8 @@ pub struct AsyncProbing<R: Rule> {
     /// Set for good at the first failed query or probe. Until then no replica can be avoided
     /// (avoidance needs a failure), so ranking and the random fallback need not ask.
     failure_seen: bool,
+    /// When a replica last answered a probe (or refreshed the pool with a report).
+    last_reply: Option<Time>,
 }
 
 impl<R: Rule> AsyncProbing<R> {
@@ -233,6 +237,7 @@ impl<R: Rule> AsyncProbing<R> {
             next_idle_probe: None,
             spared_probes: 0,
             failure_seen: false,
+            last_reply: None,
         }
     }
 
@@ -441,6 +446,17 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         let cx = self.rule.context_for(&self.pool);
         let chosen = match self.select(&cx, now) {
             Some(index) => self.pool.use_entry(index),
+            None if self.params.fallback_by_local_rif => {
+                // A replica that answered lately means probing works, and a replica whose
+                // probes fail has something wrong with it.
+                let answered = self
+                    .last_reply
+                    .is_some_and(|at| now.saturating_since(at) <= self.params.max_age);
+                let aversion = &self.params.aversion;
+                let id = less_loaded_of_two(&self.replicas, now, aversion, answered, rng);
+                tracing::trace!(policy = R::NAME, pool = self.pool.len(), chosen = ?id, "fallback by local RIF");
+                id
+            }
             None if !self.failure_seen => {
                 // No replica is avoided: the same draw as `random_replica`, without its list.
                 let id = self
@@ -508,6 +524,7 @@ impl<R: Rule> Policy for AsyncProbing<R> {
             return;
         };
         self.replicas.at_mut(slot).on_probe_reply();
+        self.last_reply = Some(now);
         self.rule.on_reply(probe.replica, report, now);
         let budget = self.budget.sample(rng).max(1);
         self.pool

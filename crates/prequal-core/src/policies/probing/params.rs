@@ -49,6 +49,10 @@ pub const REPORTS_REPLACE_PROBES: bool = false;
 /// Default for whether a pooled reply's latency grows with this client's unfinished queries
 /// sent on it: on, our addition (off is the paper's rule; docs/policies.md).
 pub const OWN_QUERIES_RAISE_LATENCY: bool = true;
+/// Default for where a pick goes when the pool holds fewer than two replies: the less loaded,
+/// by this client's queries in flight, of two random replicas; our addition (the paper picks a
+/// uniformly random replica; docs/policies.md).
+pub const FALLBACK_BY_LOCAL_RIF: bool = true;
 /// Default for how many times slower than the fastest hot reply a cold reply may be and still
 /// rank before the hot ones: 10, our addition (0, no limit, is the paper's rule; docs/policies.md).
 pub const MAX_COLD_SLOWDOWN: f64 = 10.0;
@@ -186,6 +190,15 @@ pub const OWN_QUERIES_RAISE_LATENCY_DOC: ParamDoc = ParamDoc {
           not finished: × (RIF + 1) / (RIF − those + 1); false is the paper's rule, where a \
           reply keeps its reported latency for every use",
 };
+/// `fallback_by_local_rif`.
+pub const FALLBACK_BY_LOCAL_RIF_DOC: ParamDoc = ParamDoc {
+    key: "fallback_by_local_rif",
+    default: "true",
+    doc: "with fewer than two replies in the pool (at start-up, or when no replica answers \
+          probes: no sidecar, probe_timeout shorter than the round trip), a pick goes to the \
+          one of two random replicas with fewer of this client's queries in flight (ties to \
+          the first drawn); false is the paper's uniformly random replica",
+};
 /// `max_cold_slowdown`.
 pub const MAX_COLD_SLOWDOWN_DOC: ParamDoc = ParamDoc {
     key: "max_cold_slowdown",
@@ -243,6 +256,9 @@ pub struct ProbingParams {
     pub reports_refresh_pool: bool,
     /// Whether such a refresh spares one probe of the next query (never its last).
     pub reports_replace_probes: bool,
+    /// Whether a pick the pool cannot serve goes to the less loaded of two random replicas
+    /// (by this client's queries in flight) rather than to a uniformly random one.
+    pub fallback_by_local_rif: bool,
     /// Longest time without probing before an idle probe is sent.
     pub max_idle: Duration,
     /// How long a probe may take before the driver reports it failed.
