@@ -25,7 +25,10 @@
 //!   latency among cold ones).
 //! - **Selection (HCL).** A reply is hot when its RIF exceeds the `q_rif` quantile (default
 //!   2^−0.25 ≈ 0.84) of recently reported RIFs. The cold reply with the lowest latency wins; if
-//!   all are hot, the lowest RIF wins. With fewer than two replies, a uniformly random replica.
+//!   all are hot, the lowest RIF wins. With fewer than two replies, a uniformly random replica
+//!   in the paper; ours, on by default (`fallback_by_local_rif = false` is the paper's), while
+//!   probing is blind (probes fail and none has been answered within `max_age`), the less
+//!   loaded of two random replicas by this client's queries in flight.
 //!   Our departure from the paper, on by default (`latency_band = 0` is the paper's rule): cold
 //!   replies within (1 + `latency_band`) × the lowest cold latency (default 2.5: 3.5 times) count as
 //!   equally fast, and among them the lowest expected delay wins: this client's recent latency
@@ -149,8 +152,9 @@ pub struct Config {
     /// A reply's latency grows with this client's unfinished queries sent on it, default true
     /// (the paper's rule: false).
     pub own_queries_raise_latency: bool,
-    /// With fewer than two replies in the pool, the less loaded of two random replicas by this
-    /// client's queries in flight, default true (the paper's uniformly random replica: false).
+    /// With fewer than two replies in the pool while probing is blind, the less loaded of two
+    /// random replicas by this client's queries in flight, default true (the paper's uniformly
+    /// random replica: false).
     pub fallback_by_local_rif: bool,
     /// A cold reply more than this many times slower than the fastest hot one ranks after
     /// every hot one, default 10 (the paper's rule: 0, no limit).

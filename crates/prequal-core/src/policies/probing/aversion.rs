@@ -162,25 +162,20 @@ pub fn random_replica(
 }
 
 /// The less loaded of two distinct random replicas, by this client's queries in flight there
-/// (ties to the first drawn, so a first one with none in flight is taken without drawing the
-/// second: the same draw as [`random_replica`]), preferring those that are not avoided; `None`
-/// when the set is empty. With one candidate, that one. With `probes_answered` false (no replica has answered
-/// a probe lately) a replica is avoided for its queries' errors only, not for a streak of
-/// failed probes, since then every replica has one.
+/// (ties to the first drawn, so a first one with none in flight is taken with no second draw),
+/// preferring those not avoided for their queries' errors; `None` when the set is empty. With
+/// one candidate, that one. For a blind prober: failed probes are left out of the avoidance,
+/// since then every replica has them, and counting them would leave only the few replicas with
+/// a recent success.
 pub fn less_loaded_of_two(
     replicas: &Replicas<ReplicaLoad>,
     now: Time,
     aversion: &Aversion,
-    probes_answered: bool,
     rng: &mut dyn RngCore,
 ) -> Option<ReplicaId> {
-    let avoided = |load: &ReplicaLoad| match probes_answered {
-        true => load.avoided(now, aversion),
-        false => load.avoided_for_errors(now, aversion),
-    };
     let healthy: Vec<(ReplicaId, u32)> = replicas
         .iter()
-        .filter(|(_, load)| !avoided(load))
+        .filter(|(_, load)| !load.avoided_for_errors(now, aversion))
         .map(|(id, load)| (id, load.local_rif))
         .collect();
     let candidates = if healthy.is_empty() {
@@ -284,7 +279,7 @@ mod tests {
     }
 
     #[test]
-    fn less_loaded_of_two_takes_the_lower_local_rif_and_skips_avoided_replicas() {
+    fn less_loaded_of_two_takes_the_lower_local_rif_and_skips_replicas_avoided_for_errors() {
         let mut replicas = Replicas::new();
         for (id, rif) in [(0, 5), (1, 0), (2, 5)] {
             let mut load = ReplicaLoad::default();
@@ -296,37 +291,42 @@ mod tests {
         let mut rng = crate::testing::rng(1);
         let mut picked = [0u32; 3];
         for _ in 0..300 {
-            let id = less_loaded_of_two(&replicas, Time::ZERO, &AVERSION, true, &mut rng).unwrap();
+            let id = less_loaded_of_two(&replicas, Time::ZERO, &AVERSION, &mut rng).unwrap();
             picked[id.0 as usize] += 1;
         }
         // Replica 1 wins whenever it is drawn, which is two draws in three.
         assert!(picked[1] > 150 && picked[0] + picked[2] > 50, "{picked:?}");
-        // Avoided, it is left out while others remain.
+        // Failed probes do not count against it: a blind prober has them from every replica.
         if let Some(load) = replicas.get_mut(ReplicaId(1)) {
             for _ in 0..PROBE_FAILURES_TO_AVOID {
                 load.on_probe_failure();
             }
         }
-        for _ in 0..50 {
-            let id = less_loaded_of_two(&replicas, Time::ZERO, &AVERSION, true, &mut rng);
-            assert_ne!(id, Some(ReplicaId(1)));
-        }
-        // Unless no replica answers probes: then a streak of failed probes says nothing.
         let mut chosen = false;
         for _ in 0..50 {
-            let id = less_loaded_of_two(&replicas, Time::ZERO, &AVERSION, false, &mut rng);
+            let id = less_loaded_of_two(&replicas, Time::ZERO, &AVERSION, &mut rng);
             chosen |= id == Some(ReplicaId(1));
         }
-        assert!(chosen, "the idle replica is chosen again");
+        assert!(chosen, "the idle replica is still chosen");
+        // Its queries' errors do: avoided, it is left out while others remain.
+        if let Some(load) = replicas.get_mut(ReplicaId(1)) {
+            for _ in 0..50 {
+                load.on_complete(Outcome::Error, Time::ZERO, &AVERSION);
+            }
+        }
+        for _ in 0..50 {
+            let id = less_loaded_of_two(&replicas, Time::ZERO, &AVERSION, &mut rng);
+            assert_ne!(id, Some(ReplicaId(1)));
+        }
         let mut single = Replicas::new();
         single.insert(ReplicaId(7), ReplicaLoad::default());
         assert_eq!(
-            less_loaded_of_two(&single, Time::ZERO, &AVERSION, true, &mut rng),
+            less_loaded_of_two(&single, Time::ZERO, &AVERSION, &mut rng),
             Some(ReplicaId(7))
         );
         let empty = Replicas::<ReplicaLoad>::new();
         assert_eq!(
-            less_loaded_of_two(&empty, Time::ZERO, &AVERSION, true, &mut rng),
+            less_loaded_of_two(&empty, Time::ZERO, &AVERSION, &mut rng),
             None
         );
     }

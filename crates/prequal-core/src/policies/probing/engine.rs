@@ -8,9 +8,9 @@
 //! 2. queues `r_probe` probes (deterministically rounded) to distinct random replicas;
 //! 3. picks the best reply by the rule (replies from avoided replicas last), uses it (its RIF
 //!    goes up by one; it leaves the pool when its reuse budget is spent), or, with fewer than two
-//!    replies in the pool, picks a uniformly random replica (the paper), or with
-//!    `fallback_by_local_rif` the one of two random replicas with fewer of this client's queries
-//!    in flight;
+//!    replies in the pool, picks a uniformly random replica (the paper), or, while probing is
+//!    blind (probes fail and none has been answered lately) and with `fallback_by_local_rif`, the
+//!    one of two random replicas with fewer of this client's queries in flight;
 //! 4. removes `r_remove` replies (deterministically rounded), alternating between the oldest and
 //!    the worst by the rule. Removal comes after selection so the best reply is never thrown
 //!    away before the query it was kept for.
@@ -358,6 +358,16 @@ impl<R: Rule> AsyncProbing<R> {
         Some(best)
     }
 
+    /// Whether probing is blind: probes have failed and no replica has answered one within
+    /// `max_age` (replicas with no sidecar, or a probe timeout shorter than the round trip).
+    /// Not at start-up, before any probe has ended.
+    fn blind(&self, now: Time) -> bool {
+        self.failure_seen
+            && self
+                .last_reply
+                .is_none_or(|at| now.saturating_since(at) > self.params.max_age)
+    }
+
     /// The worst reply's index (ties go to the oldest).
     fn worst(&self, cx: &R::Context, now: Time) -> Option<usize> {
         self.extreme(cx, now, true)
@@ -446,15 +456,9 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         let cx = self.rule.context_for(&self.pool);
         let chosen = match self.select(&cx, now) {
             Some(index) => self.pool.use_entry(index),
-            None if self.params.fallback_by_local_rif => {
-                // A replica that answered lately means probing works, and a replica whose
-                // probes fail has something wrong with it.
-                let answered = self
-                    .last_reply
-                    .is_some_and(|at| now.saturating_since(at) <= self.params.max_age);
-                let aversion = &self.params.aversion;
-                let id = less_loaded_of_two(&self.replicas, now, aversion, answered, rng);
-                tracing::trace!(policy = R::NAME, pool = self.pool.len(), chosen = ?id, "fallback by local RIF");
+            None if self.params.fallback_by_local_rif && self.blind(now) => {
+                let id = less_loaded_of_two(&self.replicas, now, &self.params.aversion, rng);
+                tracing::trace!(policy = R::NAME, pool = self.pool.len(), chosen = ?id, "blind fallback");
                 id
             }
             None if !self.failure_seen => {

@@ -49,9 +49,10 @@ pub const REPORTS_REPLACE_PROBES: bool = false;
 /// Default for whether a pooled reply's latency grows with this client's unfinished queries
 /// sent on it: on, our addition (off is the paper's rule; docs/policies.md).
 pub const OWN_QUERIES_RAISE_LATENCY: bool = true;
-/// Default for where a pick goes when the pool holds fewer than two replies: the less loaded,
-/// by this client's queries in flight, of two random replicas; our addition (the paper picks a
-/// uniformly random replica; docs/policies.md).
+/// Default for where a pick goes when the pool holds fewer than two replies while probing is
+/// blind (probes fail and none has been answered lately): the less loaded, by this client's
+/// queries in flight, of two random replicas; our addition (the paper picks a uniformly random
+/// replica; docs/policies.md).
 pub const FALLBACK_BY_LOCAL_RIF: bool = true;
 /// Default for how many times slower than the fastest hot reply a cold reply may be and still
 /// rank before the hot ones: 10, our addition (0, no limit, is the paper's rule; docs/policies.md).
@@ -194,10 +195,11 @@ pub const OWN_QUERIES_RAISE_LATENCY_DOC: ParamDoc = ParamDoc {
 pub const FALLBACK_BY_LOCAL_RIF_DOC: ParamDoc = ParamDoc {
     key: "fallback_by_local_rif",
     default: "true",
-    doc: "with fewer than two replies in the pool (at start-up, or when no replica answers \
-          probes: no sidecar, probe_timeout shorter than the round trip), a pick goes to the \
-          one of two random replicas with fewer of this client's queries in flight (ties to \
-          the first drawn); false is the paper's uniformly random replica",
+    doc: "while probing is blind (probes fail and none has been answered within max_age: \
+          replicas with no sidecar, a probe_timeout shorter than the round trip), a pick goes \
+          to the one of two random replicas with fewer of this client's queries in flight (ties \
+          to the first drawn), none avoided for failed probes; otherwise, and with false, a \
+          pool of fewer than two replies gives the paper's uniformly random replica",
 };
 /// `max_cold_slowdown`.
 pub const MAX_COLD_SLOWDOWN_DOC: ParamDoc = ParamDoc {
@@ -256,8 +258,9 @@ pub struct ProbingParams {
     pub reports_refresh_pool: bool,
     /// Whether such a refresh spares one probe of the next query (never its last).
     pub reports_replace_probes: bool,
-    /// Whether a pick the pool cannot serve goes to the less loaded of two random replicas
-    /// (by this client's queries in flight) rather than to a uniformly random one.
+    /// Whether a pick the pool cannot serve while probing is blind goes to the less loaded of
+    /// two random replicas (by this client's queries in flight) rather than to a uniformly
+    /// random one.
     pub fallback_by_local_rif: bool,
     /// Longest time without probing before an idle probe is sent.
     pub max_idle: Duration,
