@@ -355,6 +355,36 @@ over_h1_and_h2!(
     refused_probes_are_shown
 );
 
+/// Replicas with no sidecar (every probe gets a 404): the policy is blind, and each pick goes
+/// to the less loaded of two replicas by the proxy's own requests in flight. A slow replica
+/// holding its requests gets few new ones, and the two fast ones share the rest. (With the
+/// paper's random fallback, each replica's failed probes made it avoided until its next
+/// success, and nearly every request crowded onto one fast replica.)
+async fn blind_prequal_avoids_a_slow_replica(proto: Proto) {
+    let backends = futures_join(3).await;
+    backends[0].set_delay_ms(100);
+    for b in &backends {
+        b.set_probe_status(404);
+    }
+    for b in &backends[1..] {
+        b.set_delay_ms(2);
+    }
+    let refs: Vec<&Backend> = backends.iter().collect();
+    let proxy = start_proxy(&config_text(&refs, proto, PREQUAL, NO_HEDGING)).await;
+    let client = client(proto);
+    assert_eq!(load(&client, proxy.addr, 150, 6).await, 150);
+    let hits: Vec<u64> = backends.iter().map(Backend::hits).collect();
+    assert!(hits[0] < 25, "the slow replica got too many: {hits:?}");
+    assert!(
+        hits[1] >= 30 && hits[2] >= 30,
+        "the fast ones do not share: {hits:?}"
+    );
+}
+over_h1_and_h2!(
+    blind_prequal_moves_traffic_away_from_slow_replica,
+    blind_prequal_avoids_a_slow_replica
+);
+
 /// How many probes in a row each replica answered only after the probe timeout, by address.
 async fn probes_late(admin: &TestClient, at: std::net::SocketAddr) -> Vec<(String, u64)> {
     let json: serde_json::Value =
