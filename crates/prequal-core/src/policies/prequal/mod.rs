@@ -156,6 +156,8 @@ pub struct Config {
     /// random replicas by this client's queries in flight, default true (the paper's uniformly
     /// random replica: false).
     pub fallback_by_local_rif: bool,
+    /// A query that finds the pool stale waits for two fresh replies, default false.
+    pub wait_when_stale: bool,
     /// A cold reply more than this many times slower than the fastest hot one ranks after
     /// every hot one, default 10 (the paper's rule: 0, no limit).
     pub max_cold_slowdown: f64,
@@ -191,6 +193,7 @@ impl Default for Config {
             reports_replace_probes: params::REPORTS_REPLACE_PROBES,
             own_queries_raise_latency: params::OWN_QUERIES_RAISE_LATENCY,
             fallback_by_local_rif: params::FALLBACK_BY_LOCAL_RIF,
+            wait_when_stale: params::WAIT_WHEN_STALE,
             max_cold_slowdown: params::MAX_COLD_SLOWDOWN,
             max_idle: params::MAX_IDLE,
             probe_timeout: params::PROBE_TIMEOUT,
@@ -227,6 +230,7 @@ impl Config {
             reports_refresh_pool: self.reports_refresh_pool,
             reports_replace_probes: self.reports_replace_probes,
             fallback_by_local_rif: self.fallback_by_local_rif,
+            wait_when_stale: self.wait_when_stale,
             max_idle: self.max_idle,
             probe_timeout: self.probe_timeout,
             aversion: Aversion {
@@ -261,6 +265,7 @@ impl BuildPolicy for Config {
             params::REPORTS_REPLACE_PROBES_DOC,
             params::OWN_QUERIES_RAISE_LATENCY_DOC,
             params::FALLBACK_BY_LOCAL_RIF_DOC,
+            params::WAIT_WHEN_STALE_DOC,
             params::MAX_COLD_SLOWDOWN_DOC,
             params::MAX_IDLE_DOC,
             params::PROBE_TIMEOUT_DOC,

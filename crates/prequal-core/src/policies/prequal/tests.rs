@@ -594,6 +594,68 @@ fn removals_alternate_oldest_and_worst() {
     assert_eq!(latencies(&p), vec![20, 30, 40], "oldest again");
 }
 
+/// With `wait_when_stale`, a query that finds no two replies younger than the client's typical
+/// latency waits: it is placed once two replies have come since (among those alone), or when
+/// `probe_timeout` has passed (among what the pool holds). A fresh pool is used at once.
+#[test]
+fn a_stale_pool_makes_a_query_wait_for_fresh_replies() {
+    let config = Config {
+        wait_when_stale: true,
+        ..Config::default()
+    };
+    let mut p = policy(&config, 3);
+    let mut rng = rng(7);
+    let t0 = Time::from_millis(10);
+    // Old replies: replica 0 the best by far.
+    p.on_probe_reply(&probe(0), &report(0, 1), t0, &mut rng);
+    p.on_probe_reply(&probe(1), &report(5, 50), t0, &mut rng);
+    p.on_probe_reply(&probe(2), &report(5, 50), t0, &mut rng);
+    // Before any success the client has no typical latency: nothing is stale.
+    assert_eq!(pick_id(&mut p, 1, t0, &mut rng), ReplicaId(0));
+    p.on_dispatch(ReplicaId(0), QueryId(1), t0);
+    let t1 = t0 + Duration::from_millis(10);
+    p.on_complete(ReplicaId(0), &success(1, 10), t1);
+    drop_probes(&mut p, &mut rng);
+    // 40 ms later every reply is older than the typical 10 ms.
+    let t2 = t1 + Duration::from_millis(40);
+    assert_eq!(p.pick(&query(2), t2, &mut rng), Pick::Pending);
+    assert_eq!(p.poll_pick(t2, &mut rng), None);
+    assert_eq!(p.poll_timeout(), Some(t2 + Duration::from_millis(3)));
+    // Two fresh replies: the better of them, not the old reply from replica 0.
+    let t3 = t2 + Duration::from_micros(300);
+    p.on_probe_reply(&probe(1), &report(2, 20), t3, &mut rng);
+    assert_eq!(p.poll_pick(t3, &mut rng), None, "one reply is not enough");
+    p.on_probe_reply(&probe(2), &report(0, 20), t3, &mut rng);
+    assert_eq!(
+        p.poll_pick(t3, &mut rng),
+        Some((QueryId(2), Pick::Replica(ReplicaId(2))))
+    );
+    // With two fresh replies in the pool the next query is placed at once.
+    p.on_probe_reply(&probe(0), &report(1, 20), t3, &mut rng);
+    assert!(matches!(p.pick(&query(3), t3, &mut rng), Pick::Replica(_)));
+    // Stale again, and no reply comes: placed at the probe timeout from what the pool holds.
+    let t4 = t3 + Duration::from_millis(40);
+    assert_eq!(p.pick(&query(4), t4, &mut rng), Pick::Pending);
+    let end = t4 + Duration::from_millis(3);
+    assert_eq!(p.poll_timeout(), Some(end));
+    p.handle_timeout(end, &mut rng);
+    assert!(matches!(
+        p.poll_pick(end, &mut rng),
+        Some((QueryId(4), Pick::Replica(_)))
+    ));
+    assert_eq!(p.poll_pick(end, &mut rng), None);
+    // Off (the paper's pool, and the default): never waits.
+    let mut paper = policy(&Config::default(), 3);
+    paper.on_probe_reply(&probe(0), &report(0, 1), t0, &mut rng);
+    paper.on_probe_reply(&probe(1), &report(0, 1), t0, &mut rng);
+    paper.on_dispatch(ReplicaId(0), QueryId(1), t0);
+    paper.on_complete(ReplicaId(0), &success(1, 10), t1);
+    assert!(matches!(
+        paper.pick(&query(2), t2, &mut rng),
+        Pick::Replica(_)
+    ));
+}
+
 #[test]
 fn idle_client_probes_on_a_timer() {
     let mut p = policy(&Config::default(), 3);

@@ -26,8 +26,8 @@ use super::aversion::{ReplicaLoad, less_loaded_of_two, random_replica};
 use super::params::{ProbingParams, b_reuse, pool_capacity};
 use super::pool::{Entry, Pool};
 use crate::policy::{
-    Completion, LoadReport, Pick, Policy, PoolEntryView, ProbeId, ProbeRequest, Query, ReplicaView,
-    Snapshot,
+    Completion, LoadReport, Pick, Policy, PoolEntryView, ProbeId, ProbeRequest, Query, QueryId,
+    ReplicaView, Snapshot,
 };
 use crate::replica::{ReplicaChange, ReplicaId, Replicas};
 use crate::rounding::{RandomRound, RateRounder};
@@ -210,7 +210,17 @@ pub struct AsyncProbing<R: Rule> {
     failure_seen: bool,
     /// When a replica last answered a probe (or refreshed the pool with a report).
     last_reply: Option<Time>,
+    /// Queries waiting for fresh replies (`wait_when_stale`), with when they began to wait.
+    waiting: VecDeque<(QueryId, Time)>,
+    /// Decisions for queries that waited, handed out by `poll_pick`.
+    decided: VecDeque<(QueryId, Pick)>,
+    /// A weighted mean of this client's successful queries' latencies, in nanoseconds (0 before
+    /// the first): how long a reply stays fresh for `wait_when_stale`.
+    typical_latency_ns: f64,
 }
+
+/// Weight of one successful query in the client's typical latency.
+const TYPICAL_LATENCY_WEIGHT: f64 = 0.05;
 
 impl<R: Rule> AsyncProbing<R> {
     /// A policy with no replicas yet (assumes `params` passed validation).
@@ -238,6 +248,9 @@ impl<R: Rule> AsyncProbing<R> {
             spared_probes: 0,
             failure_seen: false,
             last_reply: None,
+            waiting: VecDeque::new(),
+            decided: VecDeque::new(),
+            typical_latency_ns: 0.0,
         }
     }
 
@@ -358,6 +371,99 @@ impl<R: Rule> AsyncProbing<R> {
         Some(best)
     }
 
+    /// A replica for a pick the pool cannot serve (fewer than two replies).
+    fn fallback(&mut self, now: Time, rng: &mut dyn RngCore) -> Option<ReplicaId> {
+        if self.params.fallback_by_local_rif && self.blind(now) {
+            let id = less_loaded_of_two(&self.replicas, now, &self.params.aversion, rng);
+            tracing::trace!(policy = R::NAME, pool = self.pool.len(), chosen = ?id, "blind fallback");
+            return id;
+        }
+        if !self.failure_seen {
+            // No replica is avoided: the same draw as `random_replica`, without its list.
+            let id = self
+                .replicas
+                .id_at(rng.random_range(0..self.replicas.len()));
+            tracing::trace!(policy = R::NAME, pool = self.pool.len(), chosen = %id, "random fallback");
+            return Some(id);
+        }
+        let id = random_replica(&self.replicas, now, &self.params.aversion, rng);
+        tracing::trace!(policy = R::NAME, pool = self.pool.len(), chosen = ?id, "random fallback");
+        id
+    }
+
+    /// Counts a pick of `chosen` and turns it into the policy's answer.
+    fn count_pick(&mut self, chosen: Option<ReplicaId>) -> Pick {
+        match chosen.and_then(|id| self.replicas.get_mut(id).map(|l| (id, l))) {
+            Some((id, load)) => {
+                load.picks += 1;
+                Pick::Replica(id)
+            }
+            None => Pick::NoReplica,
+        }
+    }
+
+    /// Whether the pool is stale for `wait_when_stale`: it holds fewer than two replies younger
+    /// than this client's typical latency (never before the first success).
+    fn stale(&self, now: Time) -> bool {
+        if self.typical_latency_ns <= 0.0 {
+            return false;
+        }
+        let horizon = self.typical_latency_ns as u64;
+        let fresh = self
+            .pool
+            .iter()
+            .filter(|e| duration_nanos(e.age(now)) <= horizon);
+        fresh.take(2).count() < 2
+    }
+
+    /// The best reply received at or after `since` (ties go to the newest).
+    fn best_received_since(&self, cx: &R::Context, now: Time, since: Time) -> Option<usize> {
+        let fresh = self
+            .pool
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.received >= since);
+        fresh
+            .fold(None, |found: Option<(usize, _)>, (index, entry)| {
+                let key = self.sort_key(cx, entry, now);
+                match &found {
+                    Some((_, best)) if key > *best => found,
+                    _ => Some((index, key)),
+                }
+            })
+            .map(|(index, _)| index)
+    }
+
+    /// Places the waiting queries whose replies have come (two since they began to wait) or
+    /// whose wait is over (`probe_timeout`), oldest first, among the replies that came while
+    /// they waited (the whole pool if none did).
+    fn release_waiting(&mut self, now: Time, rng: &mut dyn RngCore) {
+        while let Some(&(query, since)) = self.waiting.front() {
+            let came = self
+                .pool
+                .iter()
+                .filter(|e| e.received >= since)
+                .take(2)
+                .count();
+            if came < 2 && now < since + self.params.probe_timeout {
+                // A later query began to wait later: it has no more replies, nor an earlier end.
+                break;
+            }
+            self.waiting.pop_front();
+            let cx = self.rule.context_for(&self.pool);
+            let chosen = match self.best_received_since(&cx, now, since) {
+                Some(index) => self.pool.use_entry(index),
+                None => match self.select(&cx, now) {
+                    Some(index) => self.pool.use_entry(index),
+                    None => self.fallback(now, rng),
+                },
+            };
+            self.remove_per_query(&cx, now);
+            let pick = self.count_pick(chosen);
+            self.decided.push_back((query, pick));
+        }
+    }
+
     /// Whether probing is blind: probes have failed and no replica has answered one within
     /// `max_age` (replicas with no sidecar, or a probe timeout shorter than the round trip).
     /// Not at start-up, before any probe has ended.
@@ -433,7 +539,7 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         }
     }
 
-    fn pick(&mut self, _query: &Query, now: Time, rng: &mut dyn RngCore) -> Pick {
+    fn pick(&mut self, query: &Query, now: Time, rng: &mut dyn RngCore) -> Pick {
         self.pool.expire(now);
         if self.replicas.is_empty() {
             return Pick::NoReplica;
@@ -453,36 +559,17 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         // decision. (With `own_queries_raise_latency` a use raises the chosen reply's ranked
         // latency, which can move the latency band's ceiling; the removal below still ranks
         // with the ceiling the pick saw.)
+        if self.params.wait_when_stale && self.stale(now) {
+            self.waiting.push_back((query.id, now));
+            return Pick::Pending;
+        }
         let cx = self.rule.context_for(&self.pool);
         let chosen = match self.select(&cx, now) {
             Some(index) => self.pool.use_entry(index),
-            None if self.params.fallback_by_local_rif && self.blind(now) => {
-                let id = less_loaded_of_two(&self.replicas, now, &self.params.aversion, rng);
-                tracing::trace!(policy = R::NAME, pool = self.pool.len(), chosen = ?id, "blind fallback");
-                id
-            }
-            None if !self.failure_seen => {
-                // No replica is avoided: the same draw as `random_replica`, without its list.
-                let id = self
-                    .replicas
-                    .id_at(rng.random_range(0..self.replicas.len()));
-                tracing::trace!(policy = R::NAME, pool = self.pool.len(), chosen = %id, "random fallback");
-                Some(id)
-            }
-            None => {
-                let id = random_replica(&self.replicas, now, &self.params.aversion, rng);
-                tracing::trace!(policy = R::NAME, pool = self.pool.len(), chosen = ?id, "random fallback");
-                id
-            }
+            None => self.fallback(now, rng),
         };
         self.remove_per_query(&cx, now);
-        match chosen.and_then(|id| self.replicas.get_mut(id).map(|l| (id, l))) {
-            Some((id, load)) => {
-                load.picks += 1;
-                Pick::Replica(id)
-            }
-            None => Pick::NoReplica,
-        }
+        self.count_pick(chosen)
     }
 
     fn on_dispatch(&mut self, replica: ReplicaId, _query: crate::policy::QueryId, now: Time) {
@@ -499,6 +586,13 @@ impl<R: Rule> Policy for AsyncProbing<R> {
             load.on_complete(completion.outcome, now, &self.params.aversion);
         }
         self.rule.on_complete(replica, completion);
+        if self.params.wait_when_stale && completion.outcome == crate::policy::Outcome::Success {
+            let latency = duration_nanos(completion.latency) as f64;
+            self.typical_latency_ns = match self.typical_latency_ns {
+                t if t <= 0.0 => latency,
+                t => t + TYPICAL_LATENCY_WEIGHT * (latency - t),
+            };
+        }
         if self.params.completions_lower_rif {
             let dispatched = now
                 .as_nanos()
@@ -533,6 +627,13 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         let budget = self.budget.sample(rng).max(1);
         self.pool
             .insert(Entry::new(probe.replica, now, report, budget, slot));
+        if !self.waiting.is_empty() {
+            self.release_waiting(now, rng);
+        }
+    }
+
+    fn poll_pick(&mut self, _now: Time, _rng: &mut dyn RngCore) -> Option<(QueryId, Pick)> {
+        self.decided.pop_front()
     }
 
     fn on_load_report(&mut self, replica: ReplicaId, report: &LoadReport, now: Time) {
@@ -566,11 +667,21 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         if self.replicas.is_empty() {
             return None;
         }
-        self.next_idle_probe
+        let wait_ends = self
+            .waiting
+            .front()
+            .map(|&(_, since)| since + self.params.probe_timeout);
+        match (self.next_idle_probe, wait_ends) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn handle_timeout(&mut self, now: Time, rng: &mut dyn RngCore) {
         self.pool.expire(now);
+        if !self.waiting.is_empty() {
+            self.release_waiting(now, rng);
+        }
         match self.next_idle_probe {
             Some(due) if now >= due && !self.replicas.is_empty() => {
                 // One probe per idle period keeps about max_age / max_idle fresh replies.

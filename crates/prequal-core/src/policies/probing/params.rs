@@ -191,6 +191,20 @@ pub const OWN_QUERIES_RAISE_LATENCY_DOC: ParamDoc = ParamDoc {
           not finished: × (RIF + 1) / (RIF − those + 1); false is the paper's rule, where a \
           reply keeps its reported latency for every use",
 };
+/// Default for whether a query waits for fresh replies when the pool holds fewer than two
+/// replies younger than this client's typical latency: off (the paper's pool is always used
+/// as it is).
+pub const WAIT_WHEN_STALE: bool = false;
+/// `wait_when_stale`.
+pub const WAIT_WHEN_STALE_DOC: ParamDoc = ParamDoc {
+    key: "wait_when_stale",
+    default: "false",
+    doc: "true: a query that finds fewer than two replies in the pool younger than this \
+          client's typical latency (a weighted mean of its successful queries) waits for two \
+          replies to arrive, at most probe_timeout, and is placed among the replies that came \
+          while it waited (a client whose queries are rarer than the replicas' state changes, \
+          behind many balancers); false uses the pool as it is",
+};
 /// `fallback_by_local_rif`.
 pub const FALLBACK_BY_LOCAL_RIF_DOC: ParamDoc = ParamDoc {
     key: "fallback_by_local_rif",
@@ -258,6 +272,9 @@ pub struct ProbingParams {
     pub reports_refresh_pool: bool,
     /// Whether such a refresh spares one probe of the next query (never its last).
     pub reports_replace_probes: bool,
+    /// Whether a query waits for fresh replies when the pool's replies are older than the
+    /// client's typical latency.
+    pub wait_when_stale: bool,
     /// Whether a pick the pool cannot serve while probing is blind goes to the less loaded of
     /// two random replicas (by this client's queries in flight) rather than to a uniformly
     /// random one.
