@@ -403,7 +403,8 @@ impl<R: Rule> AsyncProbing<R> {
     }
 
     /// Whether the pool is stale for `wait_when_stale`: it holds fewer than two replies younger
-    /// than this client's typical latency (never before the first success).
+    /// than this client's typical latency (never before the first success). A blind prober
+    /// ([`Self::blind`]) does not wait: no reply would come.
     fn stale(&self, now: Time) -> bool {
         if self.typical_latency_ns <= 0.0 {
             return false;
@@ -559,7 +560,7 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         // decision. (With `own_queries_raise_latency` a use raises the chosen reply's ranked
         // latency, which can move the latency band's ceiling; the removal below still ranks
         // with the ceiling the pick saw.)
-        if self.params.wait_when_stale && self.stale(now) {
+        if self.params.wait_when_stale && self.stale(now) && !self.blind(now) {
             self.waiting.push_back((query.id, now));
             return Pick::Pending;
         }
