@@ -308,19 +308,21 @@ async fn admin_views(proto: Proto) {
 }
 over_h1_and_h2!(admin_serves_metrics_health_and_cluster_views, admin_views);
 
-/// What the admin view says each replica's probes get back instead of a reply, by address.
-async fn probes_refused(admin: &TestClient, at: std::net::SocketAddr) -> Vec<(String, String)> {
+/// The admin view of each replica of cluster `test`.
+async fn replica_views(admin: &TestClient, at: std::net::SocketAddr) -> Vec<serde_json::Value> {
     let json: serde_json::Value =
         serde_json::from_str(&get(admin, at, "/clusters/test").await.1).unwrap();
-    json["replicas"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|r| {
-            let refused = r["probes_refused"].as_str()?;
-            Some((r["address"].as_str()?.to_owned(), refused.to_owned()))
-        })
-        .collect()
+    json["replicas"].as_array().unwrap().clone()
+}
+
+/// What the admin view says each replica's probes get back instead of a reply, by address.
+async fn probes_refused(admin: &TestClient, at: std::net::SocketAddr) -> Vec<(String, String)> {
+    let views = replica_views(admin, at).await;
+    let refused = views.iter().filter_map(|r| {
+        let refused = r["probes_refused"].as_str()?;
+        Some((r["address"].as_str()?.to_owned(), refused.to_owned()))
+    });
+    refused.collect()
 }
 
 /// A replica with no sidecar answers probes with a 404. Every request still succeeds, the
@@ -412,17 +414,12 @@ over_h1_and_h2!(
 
 /// How many probes in a row each replica answered only after the probe timeout, by address.
 async fn probes_late(admin: &TestClient, at: std::net::SocketAddr) -> Vec<(String, u64)> {
-    let json: serde_json::Value =
-        serde_json::from_str(&get(admin, at, "/clusters/test").await.1).unwrap();
-    json["replicas"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            let address = r["address"].as_str().unwrap().to_owned();
-            (address, r["probes_late_in_a_row"].as_u64().unwrap())
-        })
-        .collect()
+    let views = replica_views(admin, at).await;
+    let late = views.iter().map(|r| {
+        let address = r["address"].as_str().unwrap().to_owned();
+        (address, r["probes_late_in_a_row"].as_u64().unwrap())
+    });
+    late.collect()
 }
 
 /// A replica whose probe replies come after the probe timeout (a round trip longer than
