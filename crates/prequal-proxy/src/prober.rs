@@ -92,10 +92,13 @@ impl ProbeHealth {
     /// Records a probe the replica answered with `reason` instead of a reply; true when the
     /// replica was answering probes until now (or had not been probed yet).
     fn refused(&self, reason: String) -> bool {
+        // The flag first: a reply racing with this leaves the flag down and the reason set,
+        // which reads as answering, never the flag up with no reason.
+        let first = !self.refusing.swap(true, Ordering::AcqRel);
         if let Ok(mut held) = self.reason.lock() {
             *held = Some(reason);
         }
-        !self.refusing.swap(true, Ordering::AcqRel)
+        first
     }
 
     /// Records a probe answered after the timeout; true when that is worth a warning now.
@@ -291,6 +294,30 @@ impl Drop for Slot {
     }
 }
 
+/// What a probe got back instead of a reply, if the replica answered at all: a status other
+/// than 200, or a body the parser refuses (not a body cut off, which is the connection's doing).
+fn refusal(error: &BoxError) -> Option<&ProbeReplyError> {
+    error
+        .downcast_ref::<ProbeReplyError>()
+        .filter(|e| !matches!(e, ProbeReplyError::Body(_)))
+}
+
+/// Warns, once until it answers again, that `target` refuses probes.
+fn note_refusal(prober: &Prober, target: &ProbeTarget, refused: &ProbeReplyError) {
+    if target.health.refused(refused.to_string()) {
+        tracing::warn!(
+            cluster = %prober.name,
+            replica = %target.authority,
+            answer = %refused,
+            "replica does not answer probes (GET {}): the policy cannot see its load, so while \
+             other replicas answer it gets almost no traffic, and when none does the policy \
+             balances on this proxy's own requests in flight; run `prequal sidecar` in front \
+             of it (docs/proxy.md), or choose a policy that needs no probes, such as least-time",
+            prequal_http::protocol::PROBE_PATH,
+        );
+    }
+}
+
 async fn run_probe<O: ProbeOwner>(
     owner: Arc<O>,
     probe: ProbeRequest,
@@ -309,18 +336,8 @@ async fn run_probe<O: ProbeOwner>(
         Ok(Ok(report)) => report,
         Ok(Err(error)) => {
             tracing::debug!(cluster = %prober.name, replica = %authority, %error, "probe failed");
-            if let Some(refused) = error.downcast_ref::<ProbeReplyError>()
-                && target.health.refused(refused.to_string())
-            {
-                tracing::warn!(
-                    cluster = %prober.name,
-                    replica = %authority,
-                    answer = %refused,
-                    "replica does not answer probes (GET {}): the cluster's policy balances \
-                     without its load until it does; run `prequal sidecar` in front of it \
-                     (docs/proxy.md), or choose a policy that needs no probes, such as least-time",
-                    prequal_http::protocol::PROBE_PATH,
-                );
+            if let Some(refused) = refusal(&error) {
+                note_refusal(prober, &target, refused);
             }
             drop(permit);
             send(&owner, owner.probe_result(&probe, ProbeEnd::Failed), worker);
@@ -334,18 +351,25 @@ async fn run_probe<O: ProbeOwner>(
             send(&owner, owner.probe_result(&probe, ProbeEnd::Failed), worker);
             let lingered = tokio::time::timeout(PROBE_LINGER, fetch).await;
             drop(permit);
-            if matches!(lingered, Ok(Ok(_))) && target.health.answered_late() {
-                tracing::warn!(
+            match lingered {
+                Ok(Ok(_)) if target.health.answered_late() => tracing::warn!(
                     cluster = %prober.name,
                     replica = %authority,
                     in_a_row = target.health.late_in_a_row(),
                     took = ?started.elapsed(),
                     probe_timeout = ?prober.timeout(),
                     "replica answers probes only after probe_timeout, so the policy counts them \
-                     as failed and balances without its load: if the network's round trip is \
-                     longer than probe_timeout (its default of 3ms is for one datacenter), raise \
+                     as failed and cannot see its load (while other replicas answer in time it \
+                     gets almost no traffic): if the network's round trip is longer than \
+                     probe_timeout (its default of 3ms is for one datacenter), raise \
                      probe_timeout in the cluster's policy table (docs/config.md)"
-                );
+                ),
+                Ok(Err(error)) => {
+                    if let Some(refused) = refusal(&error) {
+                        note_refusal(prober, &target, refused);
+                    }
+                }
+                _ => {}
             }
             return;
         }

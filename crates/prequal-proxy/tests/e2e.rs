@@ -406,6 +406,15 @@ async fn stale_pool_waits_and_answers(proto: Proto) {
     let json: serde_json::Value =
         serde_json::from_str(&get(&admin, proxy.admin, "/clusters/test").await.1).unwrap();
     assert_eq!(json["waiting_for_decision"], 0, "{json}");
+    let values = json["snapshot"]["values"].as_array().unwrap();
+    let waited = values
+        .iter()
+        .find(|v| v[0] == "queries_waited")
+        .and_then(|v| v[1].as_f64());
+    assert!(
+        waited.is_some_and(|n| n > 0.0),
+        "no query waited: {values:?}"
+    );
 }
 over_h1_and_h2!(
     stale_pool_waits_for_fresh_replies,
@@ -450,6 +459,8 @@ async fn late_probes_are_counted(proto: Proto) {
     let late = probes_late(&admin, proxy.admin).await;
     assert!(late_at_slow(&late) >= 20, "after {rounds} rounds: {late:?}");
     backends[1].set_probe_delay_ms(0);
+    // Probes already out still take their 100 ms: let them end before counting.
+    tokio::time::sleep(Duration::from_millis(150)).await;
     let mut rounds = 0;
     while late_at_slow(&probes_late(&admin, proxy.admin).await) > 0 && rounds < 500 {
         assert_eq!(load(&client, proxy.addr, 4, 2).await, 4);

@@ -497,6 +497,8 @@ fn with_no_probe_answered_picks_go_to_the_less_loaded_of_two() {
         for q in 0..5 {
             p.on_dispatch(ReplicaId(0), QueryId(100 + q), now);
         }
+        // Blind from the first pick on: a probe has failed and none has been answered.
+        p.on_probe_failure(&probe(1), now);
         let mut chosen = [0u32; 2];
         for q in 0..40 {
             for sent in drop_probes(&mut p, &mut rng) {
@@ -654,6 +656,63 @@ fn a_stale_pool_makes_a_query_wait_for_fresh_replies() {
         paper.pick(&query(2), t2, &mut rng),
         Pick::Replica(_)
     ));
+}
+
+/// `wait_when_stale` at the edges: with one replica a single fresh reply is enough; a wait
+/// that ends with one fresh reply is placed among the whole pool; a waiting query is answered
+/// with no replica when the last replica leaves, and a timeout then does nothing.
+#[test]
+fn a_stale_pool_wait_at_the_edges() {
+    let config = Config {
+        wait_when_stale: true,
+        ..Config::default()
+    };
+    let mut rng = rng(8);
+    let t0 = Time::from_millis(10);
+    let typical = |p: &mut Prequal, at: Time| {
+        p.on_dispatch(ReplicaId(0), QueryId(99), at);
+        p.on_complete(
+            ReplicaId(0),
+            &success(99, 10),
+            at + Duration::from_millis(10),
+        );
+    };
+    // One replica: its fresh reply alone places the query.
+    let mut one = policy(&config, 1);
+    typical(&mut one, t0);
+    let t1 = t0 + Duration::from_millis(50);
+    assert_eq!(one.pick(&query(1), t1, &mut rng), Pick::Pending);
+    one.on_probe_reply(&probe(0), &report(3, 10), t1, &mut rng);
+    assert_eq!(
+        one.poll_pick(t1, &mut rng),
+        Some((QueryId(1), Pick::Replica(ReplicaId(0))))
+    );
+    // Three replicas: an old, fast reply from replica 0 and one slow fresh reply from 1 when
+    // the wait ends: the pool's best, not the lone fresh reply.
+    let mut p = policy(&config, 3);
+    p.on_probe_reply(&probe(0), &report(0, 1), t0, &mut rng);
+    p.on_probe_reply(&probe(2), &report(9, 90), t0, &mut rng);
+    typical(&mut p, t0);
+    drop_probes(&mut p, &mut rng);
+    assert_eq!(p.pick(&query(1), t1, &mut rng), Pick::Pending);
+    p.on_probe_reply(&probe(1), &report(9, 80), t1, &mut rng);
+    let end = t1 + Duration::from_millis(3);
+    p.handle_timeout(end, &mut rng);
+    assert_eq!(
+        p.poll_pick(end, &mut rng),
+        Some((QueryId(1), Pick::Replica(ReplicaId(0))))
+    );
+    // The last replica leaves while a query waits.
+    let mut q = policy(&config, 1);
+    typical(&mut q, t0);
+    assert_eq!(q.pick(&query(2), t1, &mut rng), Pick::Pending);
+    q.on_replica_change(ReplicaChange::Remove(ReplicaId(0)), t1);
+    assert_eq!(
+        q.poll_pick(t1, &mut rng),
+        Some((QueryId(2), Pick::NoReplica))
+    );
+    q.handle_timeout(end, &mut rng);
+    assert_eq!(q.poll_pick(end, &mut rng), None);
 }
 
 #[test]

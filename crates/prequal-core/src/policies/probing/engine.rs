@@ -208,12 +208,16 @@ pub struct AsyncProbing<R: Rule> {
     /// Set for good at the first failed query or probe. Until then no replica can be avoided
     /// (avoidance needs a failure), so ranking and the random fallback need not ask.
     failure_seen: bool,
-    /// When a replica last answered a probe (or refreshed the pool with a report).
+    /// Set for good at the first failed probe: with no reply lately, probing is blind.
+    probe_failed: bool,
+    /// When a replica last answered a probe.
     last_reply: Option<Time>,
     /// Queries waiting for fresh replies (`wait_when_stale`), with when they began to wait.
     waiting: VecDeque<(QueryId, Time)>,
     /// Decisions for queries that waited, handed out by `poll_pick`.
     decided: VecDeque<(QueryId, Pick)>,
+    /// Queries that waited for fresh replies, for the snapshot.
+    waited: u64,
     /// A weighted mean of this client's successful queries' latencies, in nanoseconds (0 before
     /// the first): how long a reply stays fresh for `wait_when_stale`.
     typical_latency_ns: f64,
@@ -247,9 +251,11 @@ impl<R: Rule> AsyncProbing<R> {
             next_idle_probe: None,
             spared_probes: 0,
             failure_seen: false,
+            probe_failed: false,
             last_reply: None,
             waiting: VecDeque::new(),
             decided: VecDeque::new(),
+            waited: 0,
             typical_latency_ns: 0.0,
         }
     }
@@ -373,6 +379,9 @@ impl<R: Rule> AsyncProbing<R> {
 
     /// A replica for a pick the pool cannot serve (fewer than two replies).
     fn fallback(&mut self, now: Time, rng: &mut dyn RngCore) -> Option<ReplicaId> {
+        if self.replicas.is_empty() {
+            return None;
+        }
         if self.params.fallback_by_local_rif && self.blind(now) {
             let id = less_loaded_of_two(&self.replicas, now, &self.params.aversion, rng);
             tracing::trace!(policy = R::NAME, pool = self.pool.len(), chosen = ?id, "blind fallback");
@@ -402,6 +411,12 @@ impl<R: Rule> AsyncProbing<R> {
         }
     }
 
+    /// How many fresh replies a pick wants for `wait_when_stale`: two, or fewer when the pool
+    /// cannot hold two (one replica, or a pool of one).
+    fn fresh_wanted(&self) -> usize {
+        2.min(self.replicas.len()).min(self.pool.capacity())
+    }
+
     /// Whether the pool is stale for `wait_when_stale`: it holds fewer than two replies younger
     /// than this client's typical latency (never before the first success). A blind prober
     /// ([`Self::blind`]) does not wait: no reply would come.
@@ -410,11 +425,12 @@ impl<R: Rule> AsyncProbing<R> {
             return false;
         }
         let horizon = self.typical_latency_ns as u64;
+        let wanted = self.fresh_wanted();
         let fresh = self
             .pool
             .iter()
             .filter(|e| duration_nanos(e.age(now)) <= horizon);
-        fresh.take(2).count() < 2
+        fresh.take(wanted).count() < wanted
     }
 
     /// The best reply received at or after `since` (ties go to the newest).
@@ -435,29 +451,32 @@ impl<R: Rule> AsyncProbing<R> {
             .map(|(index, _)| index)
     }
 
-    /// Places the waiting queries whose replies have come (two since they began to wait) or
-    /// whose wait is over (`probe_timeout`), oldest first, among the replies that came while
-    /// they waited (the whole pool if none did).
+    /// Places the waiting queries whose replies have come (two since they began to wait, see
+    /// [`Self::fresh_wanted`]) or whose wait is over (`probe_timeout`), oldest first: among
+    /// the replies that came while they waited, or, at the end of a wait with fewer, among what
+    /// the pool holds (as any pick).
     fn release_waiting(&mut self, now: Time, rng: &mut dyn RngCore) {
+        let wanted = self.fresh_wanted();
         while let Some(&(query, since)) = self.waiting.front() {
             let came = self
                 .pool
                 .iter()
                 .filter(|e| e.received >= since)
-                .take(2)
+                .take(wanted)
                 .count();
-            if came < 2 && now < since + self.params.probe_timeout {
+            let complete = wanted > 0 && came >= wanted;
+            if !complete && now < since + self.params.probe_timeout && !self.replicas.is_empty() {
                 // A later query began to wait later: it has no more replies, nor an earlier end.
                 break;
             }
             self.waiting.pop_front();
             let cx = self.rule.context_for(&self.pool);
-            let chosen = match self.best_received_since(&cx, now, since) {
+            let fresh = complete
+                .then(|| self.best_received_since(&cx, now, since))
+                .flatten();
+            let chosen = match fresh.or_else(|| self.select(&cx, now)) {
                 Some(index) => self.pool.use_entry(index),
-                None => match self.select(&cx, now) {
-                    Some(index) => self.pool.use_entry(index),
-                    None => self.fallback(now, rng),
-                },
+                None => self.fallback(now, rng),
             };
             self.remove_per_query(&cx, now);
             let pick = self.count_pick(chosen);
@@ -469,7 +488,7 @@ impl<R: Rule> AsyncProbing<R> {
     /// `max_age` (replicas with no sidecar, or a probe timeout shorter than the round trip).
     /// Not at start-up, before any probe has ended.
     fn blind(&self, now: Time) -> bool {
-        self.failure_seen
+        self.probe_failed
             && self
                 .last_reply
                 .is_none_or(|at| now.saturating_since(at) > self.params.max_age)
@@ -534,6 +553,15 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         self.pool.reslot(|id| replicas.index_of(id));
         self.rule.on_replica_change(change);
         self.recompute_b_reuse();
+        if self.replicas.is_empty() && !self.waiting.is_empty() {
+            // No replica left to wait for: every waiting query is answered, with none.
+            let waiting = std::mem::take(&mut self.waiting);
+            self.decided.extend(
+                waiting
+                    .into_iter()
+                    .map(|(query, _)| (query, Pick::NoReplica)),
+            );
+        }
         if self.next_idle_probe.is_none() {
             // Probe at once so the first queries find a pool.
             self.next_idle_probe = Some(now);
@@ -562,6 +590,7 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         // with the ceiling the pick saw.)
         if self.params.wait_when_stale && self.stale(now) && !self.blind(now) {
             self.waiting.push_back((query.id, now));
+            self.waited += 1;
             return Pick::Pending;
         }
         let cx = self.rule.context_for(&self.pool);
@@ -658,6 +687,7 @@ impl<R: Rule> Policy for AsyncProbing<R> {
     fn on_probe_failure(&mut self, probe: &ProbeRequest, now: Time) {
         self.pool.expire(now);
         self.failure_seen = true;
+        self.probe_failed = true;
         if let Some(load) = self.replicas.get_mut(probe.replica) {
             load.on_probe_failure();
         }
@@ -724,6 +754,9 @@ impl<R: Rule> Policy for AsyncProbing<R> {
             ("b_reuse", self.b_reuse),
             ("pool_capacity", self.pool.capacity() as f64),
         ];
+        if self.params.wait_when_stale {
+            values.push(("queries_waited", self.waited as f64));
+        }
         values.extend(self.rule.values(&cx));
         Snapshot {
             policy: R::NAME,
