@@ -387,18 +387,22 @@ over_h1_and_h2!(
     blind_prequal_avoids_a_slow_replica
 );
 
-/// `wait_when_stale`: queries spaced wider than the replicas' latency find the pool stale and
-/// wait for fresh replies (the cluster's pending decisions, as for `prequal-sync`); every one
+/// `wait_when_stale`: queries spaced wider than the replicas' latency (and that latency many
+/// probe round trips) find the pool stale and wait for fresh replies (the cluster's pending decisions, as for `prequal-sync`); every one
 /// is answered, with one try each, and none is left waiting.
 async fn stale_pool_waits_and_answers(proto: Proto) {
     let backends = futures_join(3).await;
+    // Queries of 20 ms, many probe round trips on loopback: worth waiting for.
+    for b in &backends {
+        b.set_delay_ms(20);
+    }
     let refs: Vec<&Backend> = backends.iter().collect();
     let policy = "{ name = \"prequal\", probe_timeout = \"200ms\", wait_when_stale = true }";
     let proxy = start_proxy(&config_text(&refs, proto, policy, NO_HEDGING)).await;
     let client = client(proto);
     for _ in 0..15 {
         assert_eq!(load(&client, proxy.addr, 2, 1).await, 2);
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let hits: u64 = backends.iter().map(Backend::hits).sum();
     assert_eq!(hits, 30, "one try per request");

@@ -596,6 +596,14 @@ fn removals_alternate_oldest_and_worst() {
     assert_eq!(latencies(&p), vec![20, 30, 40], "oldest again");
 }
 
+/// A reply to the latest probe this client queued, as if it came from `replica`: replies are
+/// timed by their probe's id, and `wait_when_stale` needs their round trip.
+fn answer_latest(sent: &[ProbeRequest], replica: u32) -> ProbeRequest {
+    let mut probe = probe(replica);
+    probe.id = sent.last().map_or(ProbeId(0), |s| s.id);
+    probe
+}
+
 /// With `wait_when_stale`, a query that finds no two replies younger than the client's typical
 /// latency waits: it is placed once two replies have come since (among those alone), or when
 /// `probe_timeout` has passed (among what the pool holds). A fresh pool is used at once.
@@ -608,44 +616,68 @@ fn a_stale_pool_makes_a_query_wait_for_fresh_replies() {
     let mut p = policy(&config, 3);
     let mut rng = rng(7);
     let t0 = Time::from_millis(10);
-    // Old replies: replica 0 the best by far.
-    p.on_probe_reply(&probe(0), &report(0, 1), t0, &mut rng);
-    p.on_probe_reply(&probe(1), &report(5, 50), t0, &mut rng);
-    p.on_probe_reply(&probe(2), &report(5, 50), t0, &mut rng);
+    let rtt = Duration::from_micros(200);
+    // The first query's probes; their replies come 200 µs later (replica 0 the best by far).
+    pick_id(&mut p, 1, t0, &mut rng);
+    let sent = drop_probes(&mut p, &mut rng);
+    for (replica, r) in [(0, report(0, 1)), (1, report(5, 50)), (2, report(5, 50))] {
+        let probe = answer_latest(&sent, replica);
+        p.on_probe_reply(&probe, &r, t0 + rtt, &mut rng);
+    }
     // Before any success the client has no typical latency: nothing is stale.
-    assert_eq!(pick_id(&mut p, 1, t0, &mut rng), ReplicaId(0));
-    p.on_dispatch(ReplicaId(0), QueryId(1), t0);
+    assert_eq!(pick_id(&mut p, 2, t0 + rtt, &mut rng), ReplicaId(0));
+    p.on_dispatch(ReplicaId(0), QueryId(2), t0 + rtt);
     let t1 = t0 + Duration::from_millis(10);
-    p.on_complete(ReplicaId(0), &success(1, 10), t1);
+    p.on_complete(ReplicaId(0), &success(2, 10), t1);
     drop_probes(&mut p, &mut rng);
-    // 40 ms later every reply is older than the typical 10 ms.
+    // 40 ms later every reply is older than the typical 10 ms (fifty round trips).
     let t2 = t1 + Duration::from_millis(40);
-    assert_eq!(p.pick(&query(2), t2, &mut rng), Pick::Pending);
+    assert_eq!(p.pick(&query(3), t2, &mut rng), Pick::Pending);
+    let sent = drop_probes(&mut p, &mut rng);
     assert_eq!(p.poll_pick(t2, &mut rng), None);
     assert_eq!(p.poll_timeout(), Some(t2 + Duration::from_millis(3)));
     // Two fresh replies: the better of them, not the old reply from replica 0.
-    let t3 = t2 + Duration::from_micros(300);
-    p.on_probe_reply(&probe(1), &report(2, 20), t3, &mut rng);
+    let t3 = t2 + rtt;
+    let from_1 = answer_latest(&sent, 1);
+    p.on_probe_reply(&from_1, &report(2, 20), t3, &mut rng);
     assert_eq!(p.poll_pick(t3, &mut rng), None, "one reply is not enough");
-    p.on_probe_reply(&probe(2), &report(0, 20), t3, &mut rng);
+    let from_2 = answer_latest(&sent, 2);
+    p.on_probe_reply(&from_2, &report(0, 20), t3, &mut rng);
     assert_eq!(
         p.poll_pick(t3, &mut rng),
-        Some((QueryId(2), Pick::Replica(ReplicaId(2))))
+        Some((QueryId(3), Pick::Replica(ReplicaId(2))))
     );
     // With two fresh replies in the pool the next query is placed at once.
-    p.on_probe_reply(&probe(0), &report(1, 20), t3, &mut rng);
-    assert!(matches!(p.pick(&query(3), t3, &mut rng), Pick::Replica(_)));
+    let from_0 = answer_latest(&sent, 0);
+    p.on_probe_reply(&from_0, &report(1, 20), t3, &mut rng);
+    assert!(matches!(p.pick(&query(4), t3, &mut rng), Pick::Replica(_)));
+    drop_probes(&mut p, &mut rng);
     // Stale again, and no reply comes: placed at the probe timeout from what the pool holds.
     let t4 = t3 + Duration::from_millis(40);
-    assert_eq!(p.pick(&query(4), t4, &mut rng), Pick::Pending);
+    assert_eq!(p.pick(&query(5), t4, &mut rng), Pick::Pending);
     let end = t4 + Duration::from_millis(3);
     assert_eq!(p.poll_timeout(), Some(end));
     p.handle_timeout(end, &mut rng);
     assert!(matches!(
         p.poll_pick(end, &mut rng),
-        Some((QueryId(4), Pick::Replica(_)))
+        Some((QueryId(5), Pick::Replica(_)))
     ));
     assert_eq!(p.poll_pick(end, &mut rng), None);
+    // A query barely longer than a probe's round trip does not wait: a typical latency of
+    // 1 ms is five round trips, under the ten the wait needs.
+    let mut quick = policy(&config, 3);
+    pick_id(&mut quick, 1, t0, &mut rng);
+    let sent = drop_probes(&mut quick, &mut rng);
+    for replica in 0..2 {
+        let probe = answer_latest(&sent, replica);
+        quick.on_probe_reply(&probe, &report(0, 1), t0 + rtt, &mut rng);
+    }
+    quick.on_dispatch(ReplicaId(0), QueryId(9), t0);
+    quick.on_complete(ReplicaId(0), &success(9, 1), t0 + Duration::from_millis(1));
+    assert!(matches!(
+        quick.pick(&query(10), t2, &mut rng),
+        Pick::Replica(_)
+    ));
     // Off (the paper's pool, and the default): never waits.
     let mut paper = policy(&Config::default(), 3);
     paper.on_probe_reply(&probe(0), &report(0, 1), t0, &mut rng);
@@ -669,33 +701,44 @@ fn a_stale_pool_wait_at_the_edges() {
     };
     let mut rng = rng(8);
     let t0 = Time::from_millis(10);
-    let typical = |p: &mut Prequal, at: Time| {
-        p.on_dispatch(ReplicaId(0), QueryId(99), at);
+    let rtt = Duration::from_micros(200);
+    // A first query whose probes time the round trip (200 µs) and whose answer sets the
+    // typical latency (10 ms); `replies` are the first probes' answers.
+    let start = |p: &mut Prequal, replies: &[(u32, LoadReport)], rng: &mut dyn RngCore| {
+        pick_id(p, 99, t0, rng);
+        let sent = drop_probes(p, rng);
+        for (replica, r) in replies {
+            let probe = answer_latest(&sent, *replica);
+            p.on_probe_reply(&probe, r, t0 + rtt, rng);
+        }
+        p.on_dispatch(ReplicaId(0), QueryId(99), t0);
         p.on_complete(
             ReplicaId(0),
             &success(99, 10),
-            at + Duration::from_millis(10),
+            t0 + Duration::from_millis(10),
         );
+        drop_probes(p, rng);
     };
     // One replica: its fresh reply alone places the query.
     let mut one = policy(&config, 1);
-    typical(&mut one, t0);
+    start(&mut one, &[(0, report(0, 5))], &mut rng);
     let t1 = t0 + Duration::from_millis(50);
     assert_eq!(one.pick(&query(1), t1, &mut rng), Pick::Pending);
-    one.on_probe_reply(&probe(0), &report(3, 10), t1, &mut rng);
+    let sent = drop_probes(&mut one, &mut rng);
+    let probe = answer_latest(&sent, 0);
+    one.on_probe_reply(&probe, &report(3, 10), t1 + rtt, &mut rng);
     assert_eq!(
-        one.poll_pick(t1, &mut rng),
+        one.poll_pick(t1 + rtt, &mut rng),
         Some((QueryId(1), Pick::Replica(ReplicaId(0))))
     );
     // Three replicas: an old, fast reply from replica 0 and one slow fresh reply from 1 when
     // the wait ends: the pool's best, not the lone fresh reply.
     let mut p = policy(&config, 3);
-    p.on_probe_reply(&probe(0), &report(0, 1), t0, &mut rng);
-    p.on_probe_reply(&probe(2), &report(9, 90), t0, &mut rng);
-    typical(&mut p, t0);
-    drop_probes(&mut p, &mut rng);
+    start(&mut p, &[(0, report(0, 1)), (2, report(9, 90))], &mut rng);
     assert_eq!(p.pick(&query(1), t1, &mut rng), Pick::Pending);
-    p.on_probe_reply(&probe(1), &report(9, 80), t1, &mut rng);
+    let sent = drop_probes(&mut p, &mut rng);
+    let probe = answer_latest(&sent, 1);
+    p.on_probe_reply(&probe, &report(9, 80), t1 + rtt, &mut rng);
     let end = t1 + Duration::from_millis(3);
     p.handle_timeout(end, &mut rng);
     assert_eq!(
@@ -704,7 +747,7 @@ fn a_stale_pool_wait_at_the_edges() {
     );
     // The last replica leaves while a query waits.
     let mut q = policy(&config, 1);
-    typical(&mut q, t0);
+    start(&mut q, &[(0, report(0, 5))], &mut rng);
     assert_eq!(q.pick(&query(2), t1, &mut rng), Pick::Pending);
     q.on_replica_change(ReplicaChange::Remove(ReplicaId(0)), t1);
     assert_eq!(

@@ -221,7 +221,20 @@ pub struct AsyncProbing<R: Rule> {
     /// A weighted mean of this client's successful queries' latencies, in nanoseconds (0 before
     /// the first): how long a reply stays fresh for `wait_when_stale`.
     typical_latency_ns: f64,
+    /// With `wait_when_stale`: the last probe id of each recent batch of probes and when it was
+    /// queued (ids grow), to time the replies.
+    probe_batches: VecDeque<(u64, Time)>,
+    /// A weighted mean of the probes' round trips, in nanoseconds (0 before the first reply).
+    typical_probe_rtt_ns: f64,
 }
+
+/// Probe batches remembered for timing replies.
+const PROBE_BATCHES_KEPT: usize = 256;
+
+/// `wait_when_stale` waits only for a client whose typical latency is at least this many probe
+/// round trips: the wait costs about one, and against a query that takes little more, waiting
+/// costs more than stale replies do.
+const WAIT_MIN_LATENCY_IN_PROBE_RTTS: f64 = 10.0;
 
 /// Weight of one successful query in the client's typical latency.
 const TYPICAL_LATENCY_WEIGHT: f64 = 0.05;
@@ -257,6 +270,8 @@ impl<R: Rule> AsyncProbing<R> {
             decided: VecDeque::new(),
             waited: 0,
             typical_latency_ns: 0.0,
+            probe_batches: VecDeque::new(),
+            typical_probe_rtt_ns: 0.0,
         }
     }
 
@@ -297,6 +312,12 @@ impl<R: Rule> AsyncProbing<R> {
                 hint: None,
             });
         });
+        if self.params.wait_when_stale {
+            if self.probe_batches.len() == PROBE_BATCHES_KEPT {
+                self.probe_batches.pop_front();
+            }
+            self.probe_batches.push_back((self.next_probe_id, now));
+        }
         self.next_idle_probe = Some(now + self.params.max_idle);
     }
 
@@ -411,6 +432,19 @@ impl<R: Rule> AsyncProbing<R> {
         }
     }
 
+    /// Folds the round trip of probe `id`, answered at `now`, into the typical one.
+    fn time_reply(&mut self, id: ProbeId, now: Time) {
+        let batch = self.probe_batches.partition_point(|&(last, _)| last < id.0);
+        let Some(&(_, queued)) = self.probe_batches.get(batch) else {
+            return;
+        };
+        let rtt = duration_nanos(now.saturating_since(queued)) as f64;
+        self.typical_probe_rtt_ns = match self.typical_probe_rtt_ns {
+            t if t <= 0.0 => rtt,
+            t => t + TYPICAL_LATENCY_WEIGHT * (rtt - t),
+        };
+    }
+
     /// How many fresh replies a pick wants for `wait_when_stale`: two, or fewer when the pool
     /// cannot hold two (one replica, or a pool of one).
     fn fresh_wanted(&self) -> usize {
@@ -418,10 +452,14 @@ impl<R: Rule> AsyncProbing<R> {
     }
 
     /// Whether the pool is stale for `wait_when_stale`: it holds fewer than two replies younger
-    /// than this client's typical latency (never before the first success). A blind prober
-    /// ([`Self::blind`]) does not wait: no reply would come.
+    /// than this client's typical latency (never before the first success and the first timed
+    /// reply, nor while that latency is under [`WAIT_MIN_LATENCY_IN_PROBE_RTTS`] probe round
+    /// trips). A blind prober ([`Self::blind`]) does not wait: no reply would come.
     fn stale(&self, now: Time) -> bool {
-        if self.typical_latency_ns <= 0.0 {
+        if self.typical_latency_ns <= 0.0
+            || self.typical_probe_rtt_ns <= 0.0
+            || self.typical_latency_ns < WAIT_MIN_LATENCY_IN_PROBE_RTTS * self.typical_probe_rtt_ns
+        {
             return false;
         }
         let horizon = self.typical_latency_ns as u64;
@@ -653,6 +691,9 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         };
         self.replicas.at_mut(slot).on_probe_reply();
         self.last_reply = Some(now);
+        if self.params.wait_when_stale {
+            self.time_reply(probe.id, now);
+        }
         self.rule.on_reply(probe.replica, report, now);
         let budget = self.budget.sample(rng).max(1);
         self.pool

@@ -203,8 +203,8 @@ pub const WAIT_WHEN_STALE_DOC: ParamDoc = ParamDoc {
           client's typical latency (a weighted mean of its successful queries) waits for two \
           replies to arrive, at most probe_timeout, and is placed among the replies that came \
           while it waited (a client whose queries are rarer than the replicas' state changes, \
-          behind many balancers); never while no replica answers probes; false uses the pool \
-          as it is",
+          behind many balancers); only while that latency is at least ten probe round trips, \
+          and never while no replica answers probes; false uses the pool as it is",
 };
 /// `fallback_by_local_rif`.
 pub const FALLBACK_BY_LOCAL_RIF_DOC: ParamDoc = ParamDoc {
