@@ -330,7 +330,6 @@ async fn run_probe<O: ProbeOwner>(
     // be written to its replica first, so probing never delays the query that triggered it.
     tokio::task::yield_now().await;
     let prober = owner.prober();
-    let started = tokio::time::Instant::now();
     let mut fetch = std::pin::pin!(fetch(prober, &probe, authority, worker));
     let report = match tokio::time::timeout(prober.timeout(), fetch.as_mut()).await {
         Ok(Ok(report)) => report,
@@ -349,6 +348,8 @@ async fn run_probe<O: ProbeOwner>(
             // connection goes back to the pool: dropping it would close the connection, and
             // under load, when probes run late, every late probe would cost a new connection.
             send(&owner, owner.probe_result(&probe, ProbeEnd::Failed), worker);
+            // Timed only here, so that a probe answered in time reads no clock for it.
+            let timed_out = tokio::time::Instant::now();
             let lingered = tokio::time::timeout(PROBE_LINGER, fetch).await;
             drop(permit);
             match lingered {
@@ -356,7 +357,7 @@ async fn run_probe<O: ProbeOwner>(
                     cluster = %prober.name,
                     replica = %authority,
                     in_a_row = target.health.late_in_a_row(),
-                    took = ?started.elapsed(),
+                    took = ?(prober.timeout() + timed_out.elapsed()),
                     probe_timeout = ?prober.timeout(),
                     "replica answers probes only after probe_timeout, so the policy counts them \
                      as failed and cannot see its load (while other replicas answer in time it \

@@ -116,11 +116,8 @@ impl ReplicaLoad {
     /// Whether the replica is avoided at `now`: its error share is over the threshold, or its
     /// last [`PROBE_FAILURES_TO_AVOID`] probes failed (both only while aversion is enabled).
     pub fn avoided(&self, now: Time, aversion: &Aversion) -> bool {
-        if aversion.threshold >= 1.0 {
-            return false;
-        }
-        self.probe_failures >= PROBE_FAILURES_TO_AVOID
-            || self.error_share(now, aversion) > aversion.threshold
+        (aversion.threshold < 1.0 && self.probe_failures >= PROBE_FAILURES_TO_AVOID)
+            || self.avoided_for_errors(now, aversion)
     }
 
     /// Whether the replica is avoided at `now` for its queries' error share alone, leaving out
