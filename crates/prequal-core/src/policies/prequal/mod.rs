@@ -46,6 +46,12 @@
 //! - **Error aversion.** Replies from replicas whose recent error share exceeds
 //!   `error_threshold` rank after all others, so a replica that fails fast cannot sinkhole
 //!   traffic. See [`aversion`](super::probing::aversion).
+//! - **Waiting for fresh replies.** Ours, on by default (`wait_when_stale = false` is the
+//!   paper's pool, always used as it is): a query that finds fewer than two replies younger
+//!   than this client's typical latency waits, at most `probe_timeout`, for two replies to
+//!   arrive and is placed among them. A client behind many balancers sends queries rarer than
+//!   the replicas' state changes; its pool would be out of date at every pick. It waits only
+//!   while that latency is at least ten probe round trips, and never while probing is blind.
 //!
 //! The engine ([`AsyncProbing`], with the pool, error aversion and the shared parameters in
 //! [`probing`](super::probing)) is shared with `linear` and `c3`, which replace only the ranking

@@ -192,19 +192,20 @@ pub const OWN_QUERIES_RAISE_LATENCY_DOC: ParamDoc = ParamDoc {
           reply keeps its reported latency for every use",
 };
 /// Default for whether a query waits for fresh replies when the pool holds fewer than two
-/// replies younger than this client's typical latency: off (the paper's pool is always used
-/// as it is).
-pub const WAIT_WHEN_STALE: bool = false;
+/// replies younger than this client's typical latency: on (our addition; the paper's pool is
+/// always used as it is, `false`).
+pub const WAIT_WHEN_STALE: bool = true;
 /// `wait_when_stale`.
 pub const WAIT_WHEN_STALE_DOC: ParamDoc = ParamDoc {
     key: "wait_when_stale",
-    default: "false",
+    default: "true",
     doc: "true: a query that finds fewer than two replies in the pool younger than this \
           client's typical latency (a weighted mean of its successful queries) waits for two \
           replies to arrive, at most probe_timeout, and is placed among the replies that came \
           while it waited (a client whose queries are rarer than the replicas' state changes, \
           behind many balancers); only while that latency is at least ten probe round trips, \
-          and never while no replica answers probes; false uses the pool as it is",
+          and never while no replica answers probes; false uses the pool as it is (the paper's \
+          rule)",
 };
 /// `fallback_by_local_rif`.
 pub const FALLBACK_BY_LOCAL_RIF_DOC: ParamDoc = ParamDoc {
