@@ -10,6 +10,9 @@
 //!
 //! - [`protocol`]: the probe protocol, both sides, with no async or HTTP dependencies; specified
 //!   in `docs/probe-protocol.md`. [`probe`] reads a reply off an HTTP response.
+//! - [`probe_health`]: how a replica answers probes when it does not answer them as it should
+//!   (it refuses them, or answers only after the timeout), kept per replica by the proxy's
+//!   prober and the tower balancer's so that each warns once, not once per probe.
 //! - [`headers`]: which headers are hop-by-hop, removed in both directions (RFC 9110 section
 //!   7.6.1; `Trailer` kept, `Proxy-Authenticate` removed, `TE: trailers` kept on requests).
 //! - [`grpc`]: what a response's status and `grpc-status` say about the replica (5xx and server
@@ -51,6 +54,7 @@ mod error;
 pub mod grpc;
 pub mod headers;
 pub mod probe;
+pub mod probe_health;
 pub mod protocol;
 pub mod serve;
 pub mod signal;
@@ -63,6 +67,7 @@ pub use error::BoxError;
 pub use grpc::{grpc_outcome, head_outcome};
 pub use headers::{Direction, strip_hop_by_hop};
 pub use probe::{ProbeReplyError, read_probe_reply};
+pub use probe_health::ProbeHealth;
 #[cfg(feature = "tls")]
 pub use serve::serve_tls;
 pub use serve::{DEFAULT_DRAIN, serve};

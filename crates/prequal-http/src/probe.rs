@@ -9,7 +9,7 @@
 use bytes::Bytes;
 use http::{Response, StatusCode};
 use http_body::Body;
-use http_body_util::{BodyExt, Limited};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use prequal_core::LoadReport;
 
 use crate::error::BoxError;
@@ -21,9 +21,12 @@ pub enum ProbeReplyError {
     /// The replica answered with a status other than 200.
     #[error("probe answered with status {0}")]
     Status(StatusCode),
-    /// The body could not be read, or ran over the protocol's 256 bytes.
+    /// The body could not be read (the connection broke, or the body was cut off).
     #[error("probe reply body could not be read: {0}")]
     Body(#[source] BoxError),
+    /// The body ran over the protocol's 256 bytes: a page, not a reply.
+    #[error("probe answered with a body longer than the protocol's {MAX_REPLY_LEN} bytes")]
+    TooLong,
     /// The body broke the protocol's grammar.
     #[error(transparent)]
     Malformed(#[from] ReplyError),
@@ -44,7 +47,13 @@ where
     let bytes: Bytes = body
         .collect()
         .await
-        .map_err(ProbeReplyError::Body)?
+        .map_err(|error| {
+            if error.is::<LengthLimitError>() {
+                ProbeReplyError::TooLong
+            } else {
+                ProbeReplyError::Body(error)
+            }
+        })?
         .to_bytes();
     Ok(parse_reply(&bytes)?)
 }
@@ -81,6 +90,6 @@ mod tests {
         assert!(matches!(garbled.await, Err(ProbeReplyError::Malformed(_))));
         let long = vec![b'v'; 10 * MAX_REPLY_LEN];
         let too_long = read_probe_reply(reply(StatusCode::OK, &long)).await;
-        assert!(matches!(too_long, Err(ProbeReplyError::Body(_))));
+        assert!(matches!(too_long, Err(ProbeReplyError::TooLong)));
     }
 }

@@ -7,7 +7,9 @@
 //! ([`crate::upstream`], one per data-plane worker, the one of the thread that sends it), waits
 //! at most the policy's `probe_timeout()`, and reports the parsed [`LoadReport`] or a failure
 //! back to its owner, the cluster. A probe that timed out is still read to its end (for up to a
-//! second) so that its connection is reused, not replaced.
+//! second) so that its connection is reused, not replaced. A replica that refuses probes (a
+//! 404: no sidecar) or answers them only after the timeout is warned of once, not once per
+//! probe: its probes share a [`ProbeHealth`] (prequal-http's, shared with prequal-tower).
 //!
 //! Probe traffic is bounded twice, late probes included: at most `max_probes_per_replica` to one
 //! replica and `max_probes_in_flight` per cluster. A probe beyond either bound is not sent, and
@@ -23,15 +25,16 @@
 //! The prober knows its owner only as a `ProbeOwner`: what to report a probe's end to. So
 //! the cluster uses the prober, and the prober does not use the cluster.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use http::HeaderValue;
 use http::uri::{Authority, PathAndQuery};
 use prequal_core::{LoadReport, ProbeEnd, ProbeRequest, ReplicaId};
+use prequal_http::probe_health::refusal;
 use prequal_http::protocol::probe_path_and_query;
-use prequal_http::{ProbeReplyError, read_probe_reply};
+use prequal_http::{ProbeHealth, ProbeReplyError, read_probe_reply};
 use prometheus_client::metrics::counter::Counter;
 
 use crate::body::{BoxError, empty};
@@ -57,94 +60,9 @@ pub(crate) struct ProbeTarget {
     pub(crate) authority: Authority,
     /// Probes sent to the replica that have not finished yet, late ones included.
     pub(crate) outstanding: Arc<AtomicUsize>,
-    /// Whether the replica refuses probes, or answers them only after the timeout.
+    /// Whether the replica refuses probes, or answers them only after the timeout: warned of
+    /// once, not once per probe (see prequal-http's `probe_health`).
     pub(crate) health: Arc<ProbeHealth>,
-}
-
-/// Probes answered only after the probe timeout, in a row, that make the proxy warn.
-const LATE_IN_A_ROW_TO_WARN: u32 = 20;
-/// The shortest time between two warnings of late probes to one replica.
-const LATE_WARNING_INTERVAL: Duration = Duration::from_secs(60);
-
-/// How a replica answers probes, when it does not answer them as it should, shared by its
-/// probes so that the proxy says so once rather than once per probe:
-///
-/// - it *refuses* them: it answers something other than a probe reply (a service with no
-///   `prequal sidecar` in front of it answers `GET /.prequal/probe` with a 404, or with a page
-///   the parser refuses). Warned once, and again only after it has answered a probe in between;
-/// - it answers them *late*: each reply comes after the probe timeout, so the policy counts
-///   every probe as failed (a round trip longer than the policy's `probe_timeout`, as across
-///   zones with the datacenter default of 3 ms, or a replica too busy to answer in time).
-///   Warned after [`LATE_IN_A_ROW_TO_WARN`] in a row with no reply in time between, at most
-///   once a minute.
-#[derive(Debug, Default)]
-pub(crate) struct ProbeHealth {
-    refusing: AtomicBool,
-    /// What the latest refused probe got back, while the replica refuses them.
-    reason: Mutex<Option<String>>,
-    /// Probes answered after the timeout since the last one answered in time.
-    late: AtomicU32,
-    /// When late probes to the replica were last warned of.
-    late_warned: Mutex<Option<tokio::time::Instant>>,
-}
-
-impl ProbeHealth {
-    /// Records a probe the replica answered with `reason` instead of a reply; true when the
-    /// replica was answering probes until now (or had not been probed yet).
-    fn refused(&self, reason: String) -> bool {
-        // The flag first: a reply racing with this leaves the flag down and the reason set,
-        // which reads as answering, never the flag up with no reason.
-        let first = !self.refusing.swap(true, Ordering::AcqRel);
-        if let Ok(mut held) = self.reason.lock() {
-            *held = Some(reason);
-        }
-        first
-    }
-
-    /// Records a probe answered after the timeout; true when that is worth a warning now.
-    fn answered_late(&self) -> bool {
-        let late = self.late.fetch_add(1, Ordering::AcqRel).saturating_add(1);
-        if late < LATE_IN_A_ROW_TO_WARN {
-            return false;
-        }
-        let Ok(mut warned) = self.late_warned.lock() else {
-            return false;
-        };
-        let now = tokio::time::Instant::now();
-        if warned.is_some_and(|at| now.duration_since(at) < LATE_WARNING_INTERVAL) {
-            return false;
-        }
-        *warned = Some(now);
-        true
-    }
-
-    /// Records a probe reply in time; true when the replica was refusing probes until now.
-    fn answered(&self) -> bool {
-        // Loads only on the common path: a replica that answers probes takes no lock.
-        if self.late.load(Ordering::Acquire) != 0 {
-            self.late.store(0, Ordering::Release);
-        }
-        if !self.refusing.load(Ordering::Acquire) || !self.refusing.swap(false, Ordering::AcqRel) {
-            return false;
-        }
-        if let Ok(mut held) = self.reason.lock() {
-            *held = None;
-        }
-        true
-    }
-
-    /// What the replica's latest probe got back, while it refuses probes.
-    pub(crate) fn refused_with(&self) -> Option<String> {
-        if !self.refusing.load(Ordering::Acquire) {
-            return None;
-        }
-        self.reason.lock().ok().and_then(|held| held.clone())
-    }
-
-    /// Probes answered after the timeout since the last one answered in time.
-    pub(crate) fn late_in_a_row(&self) -> u32 {
-        self.late.load(Ordering::Acquire)
-    }
 }
 
 /// What a probe's end is reported to: the cluster whose policy asked for it.
@@ -294,14 +212,6 @@ impl Drop for Slot {
     }
 }
 
-/// What a probe got back instead of a reply, if the replica answered at all: a status other
-/// than 200, or a body the parser refuses (not a body cut off, which is the connection's doing).
-fn refusal(error: &BoxError) -> Option<&ProbeReplyError> {
-    error
-        .downcast_ref::<ProbeReplyError>()
-        .filter(|e| !matches!(e, ProbeReplyError::Body(_)))
-}
-
 /// Warns, once until it answers again, that `target` refuses probes.
 fn note_refusal(prober: &Prober, target: &ProbeTarget, refused: &ProbeReplyError) {
     if target.health.refused(refused.to_string()) {
@@ -335,7 +245,7 @@ async fn run_probe<O: ProbeOwner>(
         Ok(Ok(report)) => report,
         Ok(Err(error)) => {
             tracing::debug!(cluster = %prober.name, replica = %authority, %error, "probe failed");
-            if let Some(refused) = refusal(&error) {
+            if let Some(refused) = refusal(&*error) {
                 note_refusal(prober, &target, refused);
             }
             drop(permit);
@@ -366,7 +276,7 @@ async fn run_probe<O: ProbeOwner>(
                      probe_timeout in the cluster's policy table (docs/config.md)"
                 ),
                 Ok(Err(error)) => {
-                    if let Some(refused) = refusal(&error) {
+                    if let Some(refused) = refusal(&*error) {
                         note_refusal(prober, &target, refused);
                     }
                 }

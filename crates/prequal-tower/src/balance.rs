@@ -150,7 +150,7 @@ where
 impl<D, B> Balance<D, B>
 where
     D: Discover + Unpin,
-    D::Key: Hash,
+    D::Key: Hash + fmt::Debug,
     D::Error: Into<BoxError>,
     D::Service: Service<Request<B>>,
     <D::Service as Service<Request<B>>>::Error: Into<BoxError>,
@@ -183,13 +183,15 @@ where
 
     fn insert(&mut self, key: D::Key, endpoint: D::Service) {
         let send = (self.make_probe)(&key, &endpoint);
+        // Written once, for the logs that name the replica to a person.
+        let written = format!("{key:?}");
         let (replica, replaced) = self.replicas.insert(key);
         if let Some(old) = replaced {
             self.forget(old);
         }
-        tracing::debug!(%replica, "endpoint inserted by discovery");
+        tracing::debug!(%replica, key = %written, "endpoint inserted by discovery");
         self.endpoints.push(replica, endpoint);
-        self.driver.insert(replica, send);
+        self.driver.insert(replica, written, send);
     }
 
     /// Takes `replica` out of the endpoints and the policy.
@@ -295,7 +297,7 @@ where
 impl<D, B, RB> Service<Request<B>> for Balance<D, B>
 where
     D: Discover + Unpin,
-    D::Key: Hash,
+    D::Key: Hash + fmt::Debug,
     D::Error: Into<BoxError>,
     D::Service: Service<Request<B>, Response = Response<RB>>,
     <D::Service as Service<Request<B>>>::Error: Into<BoxError>,

@@ -88,7 +88,10 @@
 //! - **Probes** go to each replica as their own tokio tasks, through the service a
 //!   [`probe::MakeProbe`] builds for it (by default through the endpoint itself), under the
 //!   policy's probe timeout and bounded per replica and per balancer. A failed probe (error,
-//!   timeout, malformed reply) is reported to the policy and never fails a request.
+//!   timeout, malformed reply) is reported to the policy and never fails a request. A replica
+//!   that refuses probes (a 404: no `ProbeLayer`) or answers them only after the timeout is
+//!   named by its discovery key in a `tracing` warning, once rather than once per probe
+//!   (`docs/library.md`, "How probes travel"); so keys must be `Debug`.
 //! - **Timers** (idle probing, load polling, sync-mode deadlines) run on one tokio task per
 //!   balancer, which ends when the balancer is gone.
 //! - **Completions.** A query counts in flight until its response *body* ends; then the policy

@@ -8,9 +8,18 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use prequal_core::ProbeRequest;
 
 use crate::probe::ProbeFuture;
+use crate::prober::ProbeTarget;
 
-/// Probes to send, each with its future and the slots it holds.
-pub(crate) type Outbox = Vec<(ProbeRequest, (ProbeFuture, Slot))>;
+/// Probes to send, each with what it takes on its way.
+pub(crate) type Outbox = Vec<(ProbeRequest, OutgoingProbe)>;
+
+/// A probe the driver lets out: its future, the slots it holds until it ends, and its replica
+/// as the prober's warnings name it.
+pub(crate) struct OutgoingProbe {
+    pub(crate) future: ProbeFuture,
+    pub(crate) slot: Slot,
+    pub(crate) target: Arc<ProbeTarget>,
+}
 
 /// One probe counted as out, at its replica and at its balancer, until dropped.
 pub(crate) struct Slot([Arc<AtomicUsize>; 2]);

@@ -13,13 +13,14 @@ use std::time::Duration;
 use http::uri::Authority;
 use prequal_core::outlier::Ejection;
 use prequal_core::{Balancer, Outcome, Pick, QueryId, ReplicaId, Strict, Time};
+use prequal_http::ProbeHealth;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::metrics::{ClusterMetrics, Metrics, ReplicaMetrics};
-use crate::prober::{Outbox, ProbeHealth, ProbeTarget};
+use crate::prober::{Outbox, ProbeTarget};
 
 /// What a pick is for: which try of its request, and where it may not go.
 #[derive(Debug, Clone, Copy)]

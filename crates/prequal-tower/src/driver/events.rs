@@ -9,15 +9,17 @@ use prequal_core::{Completion, LoadReport, Pick, Query, QueryId, ReplicaId, Time
 
 use super::{Driver, ReplicaProbe, State};
 use crate::probe::SendProbe;
+use crate::prober::ProbeTarget;
 
 impl Driver {
-    /// A replica joined, probed through `send`.
-    pub(crate) fn insert(self: &Arc<Self>, replica: ReplicaId, send: SendProbe) {
+    /// A replica joined under the discovery key written `key`, probed through `send`.
+    pub(crate) fn insert(self: &Arc<Self>, replica: ReplicaId, key: String, send: SendProbe) {
         let now = self.now();
         let mut state = self.lock();
         let probe = ReplicaProbe {
             send,
             outstanding: Arc::default(),
+            target: Arc::new(ProbeTarget::new(key)),
         };
         state.probes.insert(replica, probe);
         if !state.members.contains(&replica) {

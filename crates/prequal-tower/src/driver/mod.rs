@@ -36,8 +36,9 @@ use rand::{Rng, RngCore};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::probe::{ProbeFuture, SendProbe};
-use crate::probe_slot::{Outbox, Slot};
+use crate::probe::SendProbe;
+use crate::probe_slot::{Outbox, OutgoingProbe, Slot};
+use crate::prober::ProbeTarget;
 
 /// Probe timeout for policies that do not name one (they never probe, so it is only a bound).
 const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_millis(100);
@@ -93,6 +94,8 @@ struct State {
 struct ReplicaProbe {
     send: SendProbe,
     outstanding: Arc<AtomicUsize>,
+    /// Its name and how it answers probes, for the prober's warnings.
+    target: Arc<ProbeTarget>,
 }
 
 impl Drop for Driver {
@@ -313,17 +316,21 @@ impl Driver {
     }
 
     /// The future of one probe with its slots, or `None` if it may not be sent now.
-    fn start_probe(&self, state: &State, probe: &ProbeRequest) -> Option<(ProbeFuture, Slot)> {
-        let target = state.probes.get(&probe.replica)?;
+    fn start_probe(&self, state: &State, probe: &ProbeRequest) -> Option<OutgoingProbe> {
+        let replica = state.probes.get(&probe.replica)?;
         let Some(slot) = Slot::take(
-            [&target.outstanding, &self.probes_out],
+            [&replica.outstanding, &self.probes_out],
             [self.limits.per_replica, self.limits.in_flight],
         ) else {
             tracing::trace!(replica = %probe.replica, "probe refused: too many in flight");
             return None;
         };
         let request = prequal_http::protocol::Probe { hint: probe.hint };
-        Some(((target.send)(request), slot))
+        Some(OutgoingProbe {
+            future: (replica.send)(request),
+            slot,
+            target: Arc::clone(&replica.target),
+        })
     }
 
     /// True (and the new deadline recorded) when the timer task must wake earlier than planned.
@@ -370,12 +377,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn replicas_discovered_before_the_first_request_do_not_ramp() {
         let driver = driver();
-        driver.insert(ReplicaId(0), never_probed());
-        driver.insert(ReplicaId(1), never_probed());
+        driver.insert(ReplicaId(0), "a".into(), never_probed());
+        driver.insert(ReplicaId(1), "b".into(), never_probed());
         // The balancer hears of the starting set at the first request.
         assert!(driver.snapshot().replicas.is_empty());
         assert!(matches!(driver.pick(QueryId(0)), Pick::Replica(_)));
-        driver.insert(ReplicaId(2), never_probed());
+        driver.insert(ReplicaId(2), "c".into(), never_probed());
         let now = driver.now();
         let state = driver.lock();
         assert!(!state.balancer.is_ramping(ReplicaId(0), now));

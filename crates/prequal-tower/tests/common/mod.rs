@@ -61,6 +61,8 @@ pub enum ProbeMode {
     ServerError = 2,
     /// Never (the probe hangs until the client gives up).
     Hang = 3,
+    /// 404, as a server with no `ProbeLayer` answers.
+    NotFound = 4,
 }
 
 /// A replica on 127.0.0.1 behind `ProbeLayer`, whose speed, status and probe answers the test
@@ -153,6 +155,7 @@ async fn broken_probe(mode: u8) -> Response<TestBody> {
     let (status, text) = match mode {
         m if m == ProbeMode::Malformed as u8 => (StatusCode::OK, "rif=three latency=fast\n"),
         m if m == ProbeMode::ServerError as u8 => (StatusCode::INTERNAL_SERVER_ERROR, "no\n"),
+        m if m == ProbeMode::NotFound as u8 => (StatusCode::NOT_FOUND, "not found\n"),
         _ => {
             tokio::time::sleep(BOUND).await;
             (StatusCode::OK, "v=1 rif=0 latency_us=1\n")
