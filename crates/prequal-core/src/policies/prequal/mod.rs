@@ -49,7 +49,8 @@
 //! - **Waiting for fresh replies.** Ours, on by default (`wait_when_stale = false` is the
 //!   paper's pool, always used as it is): a query that finds fewer than two replies younger
 //!   than this client's typical latency waits, at most `probe_timeout`, for two replies to
-//!   arrive and is placed among them. A client behind many balancers sends queries rarer than
+//!   arrive and is placed among them (over the whole pool, new replies included, where the
+//!   cluster has more replicas than the pool holds: the pool is a sample there). A client behind many balancers sends queries rarer than
 //!   the replicas' state changes; its pool would be out of date at every pick. It waits only
 //!   while that latency is at least ten probe round trips, and never while probing is blind.
 //!

@@ -678,16 +678,64 @@ fn a_stale_pool_makes_a_query_wait_for_fresh_replies() {
         quick.pick(&query(10), t2, &mut rng),
         Pick::Replica(_)
     ));
-    // Off (the paper's pool, and the default): never waits.
-    let mut paper = policy(&Config::default(), 3);
-    paper.on_probe_reply(&probe(0), &report(0, 1), t0, &mut rng);
-    paper.on_probe_reply(&probe(1), &report(0, 1), t0, &mut rng);
+    // Off (the paper's pool): the same stale pool is used at once.
+    let off = Config {
+        wait_when_stale: false,
+        ..Config::default()
+    };
+    let mut paper = policy(&off, 3);
+    pick_id(&mut paper, 1, t0, &mut rng);
+    let sent = drop_probes(&mut paper, &mut rng);
+    for replica in 0..2 {
+        let probe = answer_latest(&sent, replica);
+        paper.on_probe_reply(&probe, &report(0, 1), t0 + rtt, &mut rng);
+    }
     paper.on_dispatch(ReplicaId(0), QueryId(1), t0);
     paper.on_complete(ReplicaId(0), &success(1, 10), t1);
     assert!(matches!(
         paper.pick(&query(2), t2, &mut rng),
         Pick::Replica(_)
     ));
+}
+
+/// In a cluster larger than the pool, a query whose fresh replies came is ranked over the
+/// whole pool (the pool is a sample, and its breadth counts), not among those replies alone.
+#[test]
+fn a_wait_in_a_cluster_larger_than_the_pool_ranks_the_whole_pool() {
+    let config = Config {
+        wait_when_stale: true,
+        ..Config::default()
+    };
+    let mut p = policy(&config, 20);
+    assert!(p.pool().capacity() < 20);
+    let mut rng = rng(9);
+    let t0 = Time::from_millis(10);
+    let rtt = Duration::from_micros(200);
+    // The first query's probes time the round trip; replica 0 answers fast and idle.
+    pick_id(&mut p, 99, t0, &mut rng);
+    let sent = drop_probes(&mut p, &mut rng);
+    let first = answer_latest(&sent, 0);
+    p.on_probe_reply(&first, &report(0, 1), t0 + rtt, &mut rng);
+    p.on_dispatch(ReplicaId(0), QueryId(99), t0);
+    p.on_complete(
+        ReplicaId(0),
+        &success(99, 10),
+        t0 + Duration::from_millis(10),
+    );
+    drop_probes(&mut p, &mut rng);
+    // 50 ms later the pool is stale: the query waits for two fresh replies, both slow, and
+    // then goes to replica 0, the whole pool's best.
+    let t1 = t0 + Duration::from_millis(50);
+    assert_eq!(p.pick(&query(1), t1, &mut rng), Pick::Pending);
+    let sent = drop_probes(&mut p, &mut rng);
+    for replica in [1, 2] {
+        let probe = answer_latest(&sent, replica);
+        p.on_probe_reply(&probe, &report(9, 80), t1 + rtt, &mut rng);
+    }
+    assert_eq!(
+        p.poll_pick(t1 + rtt, &mut rng),
+        Some((QueryId(1), Pick::Replica(ReplicaId(0))))
+    );
 }
 
 /// `wait_when_stale` at the edges: with one replica a single fresh reply is enough; a wait

@@ -490,11 +490,15 @@ impl<R: Rule> AsyncProbing<R> {
     }
 
     /// Places the waiting queries whose replies have come (two since they began to wait, see
-    /// [`Self::fresh_wanted`]) or whose wait is over (`probe_timeout`), oldest first: among
-    /// the replies that came while they waited, or, at the end of a wait with fewer, among what
-    /// the pool holds (as any pick).
+    /// [`Self::fresh_wanted`]) or whose wait is over (`probe_timeout`), oldest first. Where the
+    /// pool can hold a reply from every replica, a query whose replies came goes among those
+    /// replies alone: every balancer then holds every replica, and an out-of-date reply draws
+    /// them all to the same one. Where the cluster is larger than the pool, the pool is a sample
+    /// whose breadth counts, so such a query is ranked over the whole pool, the new replies
+    /// with the rest; so is one whose wait ran out, as any pick.
     fn release_waiting(&mut self, now: Time, rng: &mut dyn RngCore) {
         let wanted = self.fresh_wanted();
+        let covers = self.pool.capacity() >= self.replicas.len();
         while let Some(&(query, since)) = self.waiting.front() {
             let came = self
                 .pool
@@ -509,7 +513,7 @@ impl<R: Rule> AsyncProbing<R> {
             }
             self.waiting.pop_front();
             let cx = self.rule.context_for(&self.pool);
-            let fresh = complete
+            let fresh = (complete && covers)
                 .then(|| self.best_received_since(&cx, now, since))
                 .flatten();
             let chosen = match fresh.or_else(|| self.select(&cx, now)) {
