@@ -132,7 +132,7 @@ mod tests {
     use http::StatusCode;
 
     use super::*;
-    use crate::BoxError;
+    use crate::error::BoxError;
 
     #[test]
     fn a_refusing_replica_is_warned_of_again_only_after_it_answered() {

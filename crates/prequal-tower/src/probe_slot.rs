@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use prequal_core::ProbeRequest;
+use prequal_http::ProbeHealth;
 
 use crate::probe::ProbeFuture;
-use crate::prober::ProbeTarget;
 
 /// Probes to send, each with what it takes on its way.
 pub(crate) type Outbox = Vec<(ProbeRequest, OutgoingProbe)>;
@@ -19,6 +19,26 @@ pub(crate) struct OutgoingProbe {
     pub(crate) future: ProbeFuture,
     pub(crate) slot: Slot,
     pub(crate) target: Arc<ProbeTarget>,
+}
+
+/// The replica a probe goes to, as the warnings name it, and how its probes have been
+/// answered (shared by its probes, so that each warning comes once, not once per probe).
+#[derive(Debug)]
+pub(crate) struct ProbeTarget {
+    /// The replica's discovery key, written with `Debug`.
+    pub(crate) key: String,
+    /// How its probes have been answered.
+    pub(crate) health: ProbeHealth,
+}
+
+impl ProbeTarget {
+    /// A replica discovered under the key written `key`, not probed yet.
+    pub(crate) fn new(key: String) -> Self {
+        Self {
+            key,
+            health: ProbeHealth::default(),
+        }
+    }
 }
 
 /// One probe counted as out, at its replica and at its balancer, until dropped.

@@ -41,7 +41,6 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use prequal_core::{LoadReport, ProbeEnd, ProbeRequest};
-use prequal_http::ProbeHealth;
 use prequal_http::probe_health::refusal;
 use prequal_http::protocol::PROBE_PATH;
 use tokio::sync::Notify;
@@ -50,7 +49,7 @@ use tokio::time::Instant;
 use crate::box_error::BoxError;
 use crate::driver::Driver;
 use crate::probe::ProbeFuture;
-use crate::probe_slot::{Outbox, OutgoingProbe};
+use crate::probe_slot::{Outbox, OutgoingProbe, ProbeTarget};
 
 /// How long a probe that timed out may still take to finish, for its connection's sake.
 pub const PROBE_LINGER: Duration = Duration::from_secs(1);
@@ -60,25 +59,6 @@ const MIN_TIMER_STEP: Duration = Duration::from_micros(50);
 
 /// Rounds of "report the probes not sent, drain again" when probes cannot be started at all.
 const MAX_UNSENT_ROUNDS: usize = 2;
-
-/// The replica a probe goes to, as the warnings name it, and how its probes have been
-/// answered (shared by its probes, so that each warning comes once, not once per probe).
-#[derive(Debug)]
-pub(crate) struct ProbeTarget {
-    /// The replica's discovery key, written with `Debug`.
-    key: String,
-    health: ProbeHealth,
-}
-
-impl ProbeTarget {
-    /// A replica discovered under the key written `key`, not probed yet.
-    pub(crate) fn new(key: String) -> Self {
-        Self {
-            key,
-            health: ProbeHealth::default(),
-        }
-    }
-}
 
 /// Starts each probe in `outbox` as its own task.
 pub(crate) fn send(driver: &Arc<Driver>, outbox: Outbox) {

@@ -9,7 +9,7 @@ use prequal_core::{Completion, LoadReport, Pick, Query, QueryId, ReplicaId, Time
 
 use super::{Driver, ReplicaProbe, State};
 use crate::probe::SendProbe;
-use crate::prober::ProbeTarget;
+use crate::probe_slot::ProbeTarget;
 
 impl Driver {
     /// A replica joined under the discovery key written `key`, probed through `send`.

@@ -37,8 +37,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::probe::SendProbe;
-use crate::probe_slot::{Outbox, OutgoingProbe, Slot};
-use crate::prober::ProbeTarget;
+use crate::probe_slot::{Outbox, OutgoingProbe, ProbeTarget, Slot};
 
 /// Probe timeout for policies that do not name one (they never probe, so it is only a bound).
 const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_millis(100);
