@@ -17,6 +17,7 @@ use crate::protocol::{MAX_REPLY_LEN, ReplyError, parse_reply};
 
 /// Why a probe reply was refused.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProbeReplyError {
     /// The replica answered with a status other than 200.
     #[error("probe answered with status {0}")]

@@ -59,12 +59,11 @@ impl ProbeHealth {
     /// Records a probe the replica answered with `reason` instead of a reply; true when the
     /// replica was answering probes until now (or had not been probed yet): time to warn.
     pub fn refused(&self, reason: String) -> bool {
-        // The flag first: a reply racing with this leaves the flag down and the reason set,
-        // which reads as answering, never the flag up with no reason.
+        // Flag and reason change together under the lock, so a reply racing with this cannot
+        // leave the flag up with no reason.
+        let mut held = self.reason.lock().unwrap_or_else(|e| e.into_inner());
         let first = !self.refusing.swap(true, Ordering::AcqRel);
-        if let Ok(mut held) = self.reason.lock() {
-            *held = Some(reason);
-        }
+        *held = Some(reason);
         first
     }
 
@@ -93,12 +92,14 @@ impl ProbeHealth {
         if self.late.load(Ordering::Acquire) != 0 {
             self.late.store(0, Ordering::Release);
         }
-        if !self.refusing.load(Ordering::Acquire) || !self.refusing.swap(false, Ordering::AcqRel) {
+        if !self.refusing.load(Ordering::Acquire) {
             return false;
         }
-        if let Ok(mut held) = self.reason.lock() {
-            *held = None;
+        let mut held = self.reason.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.refusing.swap(false, Ordering::AcqRel) {
+            return false;
         }
+        *held = None;
         true
     }
 

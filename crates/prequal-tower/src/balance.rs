@@ -13,7 +13,8 @@
 //! one. If it names one that is not ready, the policy is asked once more, and then a ready
 //! endpoint is taken uniformly at random (as it is when the policy has none to offer), so a
 //! policy never stalls requests that a ready endpoint could serve. Sync-mode policies
-//! (`prequal-sync`) answer later: `poll_ready` stays `Pending` until the decision comes (woken
+//! (`prequal-sync`), and `prequal` when its pool is stale (`wait_when_stale`, on by default),
+//! answer later: `poll_ready` stays `Pending` until the decision comes (woken
 //! by the probe replies or the policy's own deadline), or for four probe timeouts plus 10 ms at
 //! most, after which a random ready endpoint is taken.
 //!
@@ -272,7 +273,8 @@ where
         Poll::Ready(chosen.map(|replica| (replica, query)))
     }
 
-    /// Waits for a sync-mode decision, up to its deadline.
+    /// Waits for a decision the policy hands out later (sync mode, or `prequal` waiting for
+    /// fresh replies), up to its deadline.
     fn poll_waiting(
         &mut self,
         (query, mut deadline): (QueryId, Pin<Box<tokio::time::Sleep>>),

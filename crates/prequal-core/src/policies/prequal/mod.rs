@@ -50,8 +50,9 @@
 //!   paper's pool, always used as it is): a query that finds fewer than two replies younger
 //!   than this client's typical latency waits, at most `probe_timeout`, for two replies to
 //!   arrive and is placed among them (over the whole pool, new replies included, where the
-//!   cluster has more replicas than the pool holds: the pool is a sample there). A client behind many balancers sends queries rarer than
-//!   the replicas' state changes; its pool would be out of date at every pick. It waits only
+//!   cluster has more replicas than the pool's capacity, `pool_size` after `pool_share`: the
+//!   pool is a sample there). A client behind many balancers sends queries rarer than the
+//!   replicas' state changes; its pool would be out of date at every pick. It waits only
 //!   while that latency is at least ten probe round trips, and never while probing is blind.
 //!
 //! The engine ([`AsyncProbing`], with the pool, error aversion and the shared parameters in
@@ -163,7 +164,8 @@ pub struct Config {
     /// random replicas by this client's queries in flight, default true (the paper's uniformly
     /// random replica: false).
     pub fallback_by_local_rif: bool,
-    /// A query that finds the pool stale waits for two fresh replies, default false.
+    /// A query that finds the pool stale waits for two fresh replies, default true (the
+    /// paper's pool, used as it is: false).
     pub wait_when_stale: bool,
     /// A cold reply more than this many times slower than the fastest hot one ranks after
     /// every hot one, default 10 (the paper's rule: 0, no limit).

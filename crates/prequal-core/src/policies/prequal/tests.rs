@@ -678,24 +678,29 @@ fn a_stale_pool_makes_a_query_wait_for_fresh_replies() {
         quick.pick(&query(10), t2, &mut rng),
         Pick::Replica(_)
     ));
-    // Off (the paper's pool): the same stale pool is used at once.
+    // The same stale pool, with the wait on and off (the paper's pool: used at once).
     let off = Config {
         wait_when_stale: false,
         ..Config::default()
     };
-    let mut paper = policy(&off, 3);
-    pick_id(&mut paper, 1, t0, &mut rng);
-    let sent = drop_probes(&mut paper, &mut rng);
-    for replica in 0..2 {
-        let probe = answer_latest(&sent, replica);
-        paper.on_probe_reply(&probe, &report(0, 1), t0 + rtt, &mut rng);
+    for (config, waits) in [(&config, true), (&off, false)] {
+        let mut p = policy(config, 3);
+        pick_id(&mut p, 1, t0, &mut rng);
+        let sent = drop_probes(&mut p, &mut rng);
+        for replica in 0..2 {
+            let probe = answer_latest(&sent, replica);
+            p.on_probe_reply(&probe, &report(0, 1), t0 + rtt, &mut rng);
+        }
+        p.on_dispatch(ReplicaId(0), QueryId(1), t0);
+        p.on_complete(ReplicaId(0), &success(1, 10), t1);
+        drop_probes(&mut p, &mut rng);
+        let pick = p.pick(&query(2), t2, &mut rng);
+        assert_eq!(
+            pick == Pick::Pending,
+            waits,
+            "wait_when_stale {waits}: {pick:?}"
+        );
     }
-    paper.on_dispatch(ReplicaId(0), QueryId(1), t0);
-    paper.on_complete(ReplicaId(0), &success(1, 10), t1);
-    assert!(matches!(
-        paper.pick(&query(2), t2, &mut rng),
-        Pick::Replica(_)
-    ));
 }
 
 /// In a cluster larger than the pool, a query whose fresh replies came is ranked over the

@@ -522,6 +522,14 @@ impl<R: Rule> AsyncProbing<R> {
             };
             self.remove_per_query(&cx, now);
             let pick = self.count_pick(chosen);
+            tracing::trace!(
+                policy = R::NAME,
+                query = query.0,
+                replies_came = complete,
+                among_them = fresh.is_some(),
+                ?pick,
+                "waiting query placed"
+            );
             self.decided.push_back((query, pick));
         }
     }
