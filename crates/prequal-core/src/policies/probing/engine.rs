@@ -434,7 +434,14 @@ impl<R: Rule> AsyncProbing<R> {
 
     /// Folds the round trip of probe `id`, answered at `now`, into the typical one.
     fn time_reply(&mut self, id: ProbeId, now: Time) {
-        let batch = self.probe_batches.partition_point(|&(last, _)| last < id.0);
+        // The first batch whose last probe is `id` or later. Replies come mostly to the
+        // newest batches, so the search walks back from the newest: a step or two, in the
+        // ring's last cache line, where a binary search would touch lines all over it.
+        let batches = &self.probe_batches;
+        let mut batch = batches.len();
+        while batch > 0 && batches[batch - 1].0 >= id.0 {
+            batch -= 1;
+        }
         let Some(&(_, queued)) = self.probe_batches.get(batch) else {
             return;
         };
