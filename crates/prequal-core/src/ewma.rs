@@ -108,6 +108,15 @@ impl PeakEwma {
     }
 }
 
+/// One step of a plain exponentially weighted mean: `sample` moves `old` by `weight` of the
+/// difference, and the first sample is the mean.
+pub(crate) fn ewma(old: Option<f64>, sample: f64, weight: f64) -> Option<f64> {
+    Some(match old {
+        Some(old) => old + weight * (sample - old),
+        None => sample,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

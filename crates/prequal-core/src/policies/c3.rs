@@ -31,6 +31,7 @@ use super::probing::engine::{AsyncProbing, Rank, RankKey, Rule};
 use super::probing::params::{self, ProbingParams};
 use super::probing::pool::Entry;
 use crate::config::build_policy::{BuildPolicy, ConfigError, ParamDoc, PolicyInfo};
+use crate::ewma::ewma;
 use crate::policy::{Completion, LoadReport, Policy};
 use crate::replica::{ReplicaChange, ReplicaId, Replicas};
 use crate::time::Time;
@@ -168,13 +169,6 @@ pub struct C3State {
     pub service: Option<f64>,
     /// Probed server RIF q̄.
     pub queue: Option<f64>,
-}
-
-fn ewma(old: Option<f64>, sample: f64, weight: f64) -> Option<f64> {
-    Some(match old {
-        Some(old) => old + weight * (sample - old),
-        None => sample,
-    })
 }
 
 impl C3State {

@@ -25,6 +25,7 @@ use rand::{Rng, RngCore};
 use super::aversion::{ReplicaLoad, less_loaded_of_two, random_replica};
 use super::params::{ProbingParams, b_reuse, pool_capacity};
 use super::pool::{Entry, Pool};
+use crate::ewma::ewma;
 use crate::policy::{
     Completion, LoadReport, Pick, Policy, PoolEntryView, ProbeId, ProbeRequest, Query, QueryId,
     ReplicaView, Snapshot,
@@ -218,14 +219,14 @@ pub struct AsyncProbing<R: Rule> {
     decided: VecDeque<(QueryId, Pick)>,
     /// Queries that waited for fresh replies, for the snapshot.
     waited: u64,
-    /// A weighted mean of this client's successful queries' latencies, in nanoseconds (0 before
-    /// the first): how long a reply stays fresh for `wait_when_stale`.
-    typical_latency_ns: f64,
+    /// A weighted mean of this client's successful queries' latencies, in nanoseconds: how long
+    /// a reply stays fresh for `wait_when_stale`.
+    typical_latency_ns: Option<f64>,
     /// With `wait_when_stale`: the last probe id of each recent batch of probes and when it was
     /// queued (ids grow), to time the replies.
     probe_batches: VecDeque<(u64, Time)>,
-    /// A weighted mean of the probes' round trips, in nanoseconds (0 before the first reply).
-    typical_probe_rtt_ns: f64,
+    /// A weighted mean of the probes' round trips, in nanoseconds.
+    typical_probe_rtt_ns: Option<f64>,
 }
 
 /// Probe batches remembered for timing replies.
@@ -269,9 +270,9 @@ impl<R: Rule> AsyncProbing<R> {
             waiting: VecDeque::new(),
             decided: VecDeque::new(),
             waited: 0,
-            typical_latency_ns: 0.0,
+            typical_latency_ns: None,
             probe_batches: VecDeque::new(),
-            typical_probe_rtt_ns: 0.0,
+            typical_probe_rtt_ns: None,
         }
     }
 
@@ -446,10 +447,7 @@ impl<R: Rule> AsyncProbing<R> {
             return;
         };
         let rtt = duration_nanos(now.saturating_since(queued)) as f64;
-        self.typical_probe_rtt_ns = match self.typical_probe_rtt_ns {
-            t if t <= 0.0 => rtt,
-            t => t + TYPICAL_LATENCY_WEIGHT * (rtt - t),
-        };
+        self.typical_probe_rtt_ns = ewma(self.typical_probe_rtt_ns, rtt, TYPICAL_LATENCY_WEIGHT);
     }
 
     /// How many fresh replies a pick wants for `wait_when_stale`: two, or fewer when the pool
@@ -463,13 +461,14 @@ impl<R: Rule> AsyncProbing<R> {
     /// reply, nor while that latency is under [`WAIT_MIN_LATENCY_IN_PROBE_RTTS`] probe round
     /// trips). A blind prober ([`Self::blind`]) does not wait: no reply would come.
     fn stale(&self, now: Time) -> bool {
-        if self.typical_latency_ns <= 0.0
-            || self.typical_probe_rtt_ns <= 0.0
-            || self.typical_latency_ns < WAIT_MIN_LATENCY_IN_PROBE_RTTS * self.typical_probe_rtt_ns
-        {
+        let (Some(latency), Some(rtt)) = (self.typical_latency_ns, self.typical_probe_rtt_ns)
+        else {
+            return false;
+        };
+        if rtt <= 0.0 || latency < WAIT_MIN_LATENCY_IN_PROBE_RTTS * rtt {
             return false;
         }
-        let horizon = self.typical_latency_ns as u64;
+        let horizon = latency as u64;
         let wanted = self.fresh_wanted();
         let fresh = self
             .pool
@@ -675,10 +674,8 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         self.rule.on_complete(replica, completion);
         if self.params.wait_when_stale && completion.outcome == crate::policy::Outcome::Success {
             let latency = duration_nanos(completion.latency) as f64;
-            self.typical_latency_ns = match self.typical_latency_ns {
-                t if t <= 0.0 => latency,
-                t => t + TYPICAL_LATENCY_WEIGHT * (latency - t),
-            };
+            self.typical_latency_ns =
+                ewma(self.typical_latency_ns, latency, TYPICAL_LATENCY_WEIGHT);
         }
         if self.params.completions_lower_rif {
             let dispatched = now
