@@ -604,6 +604,30 @@ fn answer_latest(sent: &[ProbeRequest], replica: u32) -> ProbeRequest {
     probe
 }
 
+/// When a client's first query is sent in the wait tests.
+const WAIT_T0: Time = Time::from_millis(10);
+/// The probe round trip in the wait tests.
+const WAIT_RTT: Duration = Duration::from_micros(200);
+
+/// A client's first query at [`WAIT_T0`], whose probes time the round trip ([`WAIT_RTT`]) and
+/// whose answer, from replica 0 after `latency_ms`, sets the typical latency; `replies` are the
+/// first probes' answers.
+fn warm_up(p: &mut Prequal, replies: &[(u32, LoadReport)], latency_ms: u64, rng: &mut dyn RngCore) {
+    pick_id(p, 99, WAIT_T0, rng);
+    let sent = drop_probes(p, rng);
+    for (replica, r) in replies {
+        let probe = answer_latest(&sent, *replica);
+        p.on_probe_reply(&probe, r, WAIT_T0 + WAIT_RTT, rng);
+    }
+    p.on_dispatch(ReplicaId(0), QueryId(99), WAIT_T0);
+    p.on_complete(
+        ReplicaId(0),
+        &success(99, latency_ms),
+        WAIT_T0 + Duration::from_millis(latency_ms),
+    );
+    drop_probes(p, rng);
+}
+
 /// With `wait_when_stale`, a query that finds no two replies younger than the client's typical
 /// latency waits: it is placed once two replies have come since (among those alone), or when
 /// `probe_timeout` has passed (among what the pool holds). A fresh pool is used at once.
@@ -615,8 +639,7 @@ fn a_stale_pool_makes_a_query_wait_for_fresh_replies() {
     };
     let mut p = policy(&config, 3);
     let mut rng = rng(7);
-    let t0 = Time::from_millis(10);
-    let rtt = Duration::from_micros(200);
+    let (t0, rtt) = (WAIT_T0, WAIT_RTT);
     // The first query's probes; their replies come 200 µs later (replica 0 the best by far).
     pick_id(&mut p, 1, t0, &mut rng);
     let sent = drop_probes(&mut p, &mut rng);
@@ -666,14 +689,12 @@ fn a_stale_pool_makes_a_query_wait_for_fresh_replies() {
     // A query barely longer than a probe's round trip does not wait: a typical latency of
     // 1 ms is five round trips, under the ten the wait needs.
     let mut quick = policy(&config, 3);
-    pick_id(&mut quick, 1, t0, &mut rng);
-    let sent = drop_probes(&mut quick, &mut rng);
-    for replica in 0..2 {
-        let probe = answer_latest(&sent, replica);
-        quick.on_probe_reply(&probe, &report(0, 1), t0 + rtt, &mut rng);
-    }
-    quick.on_dispatch(ReplicaId(0), QueryId(9), t0);
-    quick.on_complete(ReplicaId(0), &success(9, 1), t0 + Duration::from_millis(1));
+    warm_up(
+        &mut quick,
+        &[(0, report(0, 1)), (1, report(0, 1))],
+        1,
+        &mut rng,
+    );
     assert!(matches!(
         quick.pick(&query(10), t2, &mut rng),
         Pick::Replica(_)
@@ -685,15 +706,12 @@ fn a_stale_pool_makes_a_query_wait_for_fresh_replies() {
     };
     for (config, waits) in [(&config, true), (&off, false)] {
         let mut p = policy(config, 3);
-        pick_id(&mut p, 1, t0, &mut rng);
-        let sent = drop_probes(&mut p, &mut rng);
-        for replica in 0..2 {
-            let probe = answer_latest(&sent, replica);
-            p.on_probe_reply(&probe, &report(0, 1), t0 + rtt, &mut rng);
-        }
-        p.on_dispatch(ReplicaId(0), QueryId(1), t0);
-        p.on_complete(ReplicaId(0), &success(1, 10), t1);
-        drop_probes(&mut p, &mut rng);
+        warm_up(
+            &mut p,
+            &[(0, report(0, 1)), (1, report(0, 1))],
+            10,
+            &mut rng,
+        );
         let pick = p.pick(&query(2), t2, &mut rng);
         assert_eq!(
             pick == Pick::Pending,
@@ -714,20 +732,9 @@ fn a_wait_in_a_cluster_larger_than_the_pool_ranks_the_whole_pool() {
     let mut p = policy(&config, 20);
     assert!(p.pool().capacity() < 20);
     let mut rng = rng(9);
-    let t0 = Time::from_millis(10);
-    let rtt = Duration::from_micros(200);
-    // The first query's probes time the round trip; replica 0 answers fast and idle.
-    pick_id(&mut p, 99, t0, &mut rng);
-    let sent = drop_probes(&mut p, &mut rng);
-    let first = answer_latest(&sent, 0);
-    p.on_probe_reply(&first, &report(0, 1), t0 + rtt, &mut rng);
-    p.on_dispatch(ReplicaId(0), QueryId(99), t0);
-    p.on_complete(
-        ReplicaId(0),
-        &success(99, 10),
-        t0 + Duration::from_millis(10),
-    );
-    drop_probes(&mut p, &mut rng);
+    let (t0, rtt) = (WAIT_T0, WAIT_RTT);
+    // Replica 0 answers the first probes fast and idle.
+    warm_up(&mut p, &[(0, report(0, 1))], 10, &mut rng);
     // 50 ms later the pool is stale: the query waits for two fresh replies, both slow, and
     // then goes to replica 0, the whole pool's best.
     let t1 = t0 + Duration::from_millis(50);
@@ -753,28 +760,10 @@ fn a_stale_pool_wait_at_the_edges() {
         ..Config::default()
     };
     let mut rng = rng(8);
-    let t0 = Time::from_millis(10);
-    let rtt = Duration::from_micros(200);
-    // A first query whose probes time the round trip (200 µs) and whose answer sets the
-    // typical latency (10 ms); `replies` are the first probes' answers.
-    let start = |p: &mut Prequal, replies: &[(u32, LoadReport)], rng: &mut dyn RngCore| {
-        pick_id(p, 99, t0, rng);
-        let sent = drop_probes(p, rng);
-        for (replica, r) in replies {
-            let probe = answer_latest(&sent, *replica);
-            p.on_probe_reply(&probe, r, t0 + rtt, rng);
-        }
-        p.on_dispatch(ReplicaId(0), QueryId(99), t0);
-        p.on_complete(
-            ReplicaId(0),
-            &success(99, 10),
-            t0 + Duration::from_millis(10),
-        );
-        drop_probes(p, rng);
-    };
+    let (t0, rtt) = (WAIT_T0, WAIT_RTT);
     // One replica: its fresh reply alone places the query.
     let mut one = policy(&config, 1);
-    start(&mut one, &[(0, report(0, 5))], &mut rng);
+    warm_up(&mut one, &[(0, report(0, 5))], 10, &mut rng);
     let t1 = t0 + Duration::from_millis(50);
     assert_eq!(one.pick(&query(1), t1, &mut rng), Pick::Pending);
     let sent = drop_probes(&mut one, &mut rng);
@@ -787,7 +776,12 @@ fn a_stale_pool_wait_at_the_edges() {
     // Three replicas: an old, fast reply from replica 0 and one slow fresh reply from 1 when
     // the wait ends: the pool's best, not the lone fresh reply.
     let mut p = policy(&config, 3);
-    start(&mut p, &[(0, report(0, 1)), (2, report(9, 90))], &mut rng);
+    warm_up(
+        &mut p,
+        &[(0, report(0, 1)), (2, report(9, 90))],
+        10,
+        &mut rng,
+    );
     assert_eq!(p.pick(&query(1), t1, &mut rng), Pick::Pending);
     let sent = drop_probes(&mut p, &mut rng);
     let probe = answer_latest(&sent, 1);
@@ -800,7 +794,7 @@ fn a_stale_pool_wait_at_the_edges() {
     );
     // The last replica leaves while a query waits.
     let mut q = policy(&config, 1);
-    start(&mut q, &[(0, report(0, 5))], &mut rng);
+    warm_up(&mut q, &[(0, report(0, 5))], 10, &mut rng);
     assert_eq!(q.pick(&query(2), t1, &mut rng), Pick::Pending);
     q.on_replica_change(ReplicaChange::Remove(ReplicaId(0)), t1);
     assert_eq!(
