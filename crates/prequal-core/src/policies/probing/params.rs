@@ -203,8 +203,8 @@ pub const WAIT_WHEN_STALE_DOC: ParamDoc = ParamDoc {
           client's typical latency (a weighted mean of its successful queries) waits for two \
           replies to arrive, at most probe_timeout, and is placed among the replies that came \
           while it waited, or over the whole pool where the cluster has more replicas than the \
-          pool's capacity, pool_size after pool_share (a client whose queries are rarer than the replicas' state changes, \
-          behind many balancers); only while that latency is at least ten probe round trips, \
+          pool's capacity, pool_size after pool_share (a client whose queries are rarer than \
+          the replicas' state changes, behind many balancers); only while that latency is at least ten probe round trips, \
           and never while no replica answers probes; false uses the pool as it is (the paper's \
           rule)",
 };
