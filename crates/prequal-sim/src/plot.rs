@@ -127,10 +127,11 @@ pub fn write_plots(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, PlotErro
     Ok(written)
 }
 
-/// Twelve distinguishable colours, enough for every contender of a full live experiment (four
-/// prequal policies, three HAProxy and three nginx algorithms, direct) before any repeats.
+/// Twenty distinguishable colours, enough for every contender of a full live experiment (up
+/// to seven prequal policies, three HAProxy, three nginx and three Traefik algorithms, direct)
+/// before any repeats: the first twelve strong, then lighter tints of the first eight.
 fn color(i: usize) -> RGBColor {
-    const PALETTE: [RGBColor; 12] = [
+    const PALETTE: [RGBColor; 20] = [
         RGBColor(31, 119, 180),
         RGBColor(214, 39, 40),
         RGBColor(44, 160, 44),
@@ -143,6 +144,14 @@ fn color(i: usize) -> RGBColor {
         RGBColor(188, 189, 34),
         RGBColor(0, 0, 0),
         RGBColor(0, 95, 95),
+        RGBColor(174, 199, 232),
+        RGBColor(255, 152, 150),
+        RGBColor(152, 223, 138),
+        RGBColor(255, 187, 120),
+        RGBColor(197, 176, 213),
+        RGBColor(196, 156, 148),
+        RGBColor(247, 182, 210),
+        RGBColor(158, 218, 229),
     ];
     PALETTE[i % PALETTE.len()]
 }
