@@ -96,24 +96,29 @@ paced() {
         END {printf "%.0f %.0f %.0f\n", p50, p99, rps}'
 }
 
-# CPU ticks (user + system) of a process and its children (nginx's workers).
+# CPU ticks of a process and its children (nginx's workers): "user system".
 ticks() {
-    local total=0 p
+    local user=0 system=0 p u s
     for p in "$1" $(pgrep -P "$1" || true); do
-        total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)))
+        read -r u s < <(awk '{print $14, $15}' "/proc/$p/stat" 2>/dev/null || echo 0 0)
+        user=$((user + u)); system=$((system + s))
     done
-    echo "$total"
+    echo "$user $system"
 }
 
-# Prints "rps requests cpu_seconds" from a flat-out wrk run, CPU measured on pid $2.
+# Prints "rps requests cpu_seconds user_us_per_request system_us_per_request" from a flat-out
+# wrk run, CPU measured on pid $2.
 flat() {
-    local before after out reqs
-    before=$(ticks "$2")
+    local u0 s0 u1 s1 out reqs
+    read -r u0 s0 < <(ticks "$2")
     out=$(wrk -t1 -c"$CONNS" -d"${DURATION}s" "http://127.0.0.1:$1/")
-    after=$(ticks "$2")
+    read -r u1 s1 < <(ticks "$2")
     reqs=$(echo "$out" | awk '/requests in/ {print $1}')
-    echo "$out" | awk -v reqs="$reqs" -v t="$((after - before))" -v hz="$(getconf CLK_TCK)" '
-        $1=="Requests/sec:" {printf "%.0f %d %.2f\n", $2, reqs, t/hz}'
+    echo "$out" | awk -v reqs="$reqs" -v u="$((u1 - u0))" -v s="$((s1 - s0))" -v hz="$(getconf CLK_TCK)" '
+        $1=="Requests/sec:" {
+            if (reqs > 0) { us = u / hz / reqs * 1e6; ss = s / hz / reqs * 1e6 } else { us = 0; ss = 0 }
+            printf "%.0f %d %.2f %.1f %.1f\n", $2, reqs, (u + s) / hz, us, ss
+        }'
 }
 
 # The sum of a counter family's samples in the proxy's /metrics (only those whose labels match
@@ -123,31 +128,31 @@ counter() { curl -s "http://127.0.0.1:$ADMIN/metrics" | awk -v m="$1" -v l="${2:
 SENT='result="(ok|failed)"'
 
 report() { # name port pid
-    local probes="-" p0 r0
+    local probes="-" p0 r0 user system
     read -r p50 p99 rps < <(paced "$2")
     if [ "$1" = direct ]; then D50=$p50; D99=$p99; fi
     if [ -n "$3" ]; then
         if [ "$1" != "${1#prequal}" ]; then p0=$(counter prequal_proxy_probes_total "$SENT"); r0=$(counter prequal_proxy_requests_total); fi
-        read -r max reqs cpu < <(flat "$2" "$3")
+        read -r max reqs cpu user system < <(flat "$2" "$3")
         per=$(awk -v r="$reqs" -v c="$cpu" 'BEGIN { if (c > 0) printf "%.0f", r / c; else print "n/a" }')
         if [ "$1" != "${1#prequal}" ]; then
             probes=$(awk -v p="$(counter prequal_proxy_probes_total "$SENT")" -v p0="$p0" -v r="$(counter prequal_proxy_requests_total)" -v r0="$r0" \
                 'BEGIN { if (r > r0) printf "%.2f", (p - p0) / (r - r0); else print "n/a" }')
         fi
     else
-        read -r max reqs cpu < <(flat "$2" "$$")
-        per="-"
+        read -r max reqs cpu user system < <(flat "$2" "$$")
+        per="-" user="-" system="-"
     fi
     local row
-    row=$(printf "| %-24s | %6s | %6s | %9s | %9s | %7s | %19s | %17s |" "$1" "$p50" "$p99" \
-        "$((p50 - D50))" "$((p99 - D99))" "$max" "$per" "$probes")
+    row=$(printf "| %-24s | %6s | %6s | %9s | %9s | %7s | %19s | %11s | %13s | %17s |" "$1" "$p50" "$p99" \
+        "$((p50 - D50))" "$((p99 - D99))" "$max" "$per" "$user" "$system" "$probes")
     echo "$row"
     echo "$row" >>"$WORK/rows"
 }
 
 header() {
-    echo "| contender                | p50 us | p99 us | added p50 | added p99 | max rps | req per proxy CPU-s | probes per request |"
-    echo "|--------------------------|--------|--------|-----------|-----------|---------|---------------------|--------------------|"
+    echo "| contender                | p50 us | p99 us | added p50 | added p99 | max rps | req per proxy CPU-s | user us/req | kernel us/req | probes per request |"
+    echo "|--------------------------|--------|--------|-----------|-----------|---------|---------------------|-------------|---------------|--------------------|"
 }
 
 HAPROXY_NAME="haproxy $(haproxy -v | awk 'NR==1 {print $3}')"
