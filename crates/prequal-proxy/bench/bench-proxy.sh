@@ -203,6 +203,9 @@ awk -F'|' '
                 for (j = 1; j <= m; j++) { x = v[name, c, j]; gsub(/ /, "", x); if (x != "-" && x != "n/a") a[++cnt] = x + 0 }
                 for (p = 1; p <= cnt; p++) for (q = p + 1; q <= cnt; q++) if (a[q] < a[p]) { t = a[p]; a[p] = a[q]; a[q] = t }
                 if (cnt == 0) med = "-"; else if (cnt % 2) med = a[(cnt + 1) / 2]; else med = (a[cnt / 2] + a[cnt / 2 + 1]) / 2
+                # As many decimals as the runs printed (13.0 stays 13.0, not 13).
+                first = v[name, c, 1]; gsub(/ /, "", first)
+                if (cnt > 0 && index(first, ".") > 0) med = sprintf("%." (length(first) - index(first, ".")) "f", med)
                 w = length(v[name, c, 1]) - 2
                 line = line sprintf(" %" w "s |", med)
                 delete a
