@@ -204,9 +204,9 @@ pub const WAIT_WHEN_STALE_DOC: ParamDoc = ParamDoc {
           replies to arrive, at most probe_timeout, and is placed among the replies that came \
           while it waited, or over the whole pool where the cluster has more replicas than the \
           pool's capacity, pool_size after pool_share (a client whose queries are rarer than \
-          the replicas' state changes, behind many balancers); only while that latency is at least ten probe round trips, \
-          and never while no replica answers probes; false uses the pool as it is (the paper's \
-          rule)",
+          the replicas' state changes, behind many balancers); only while that latency is at \
+          least ten probe round trips, and never while no replica answers probes; false uses \
+          the pool as it is (the paper's rule)",
 };
 /// `fallback_by_local_rif`.
 pub const FALLBACK_BY_LOCAL_RIF_DOC: ParamDoc = ParamDoc {
