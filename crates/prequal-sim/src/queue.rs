@@ -116,17 +116,18 @@ impl<T> EventQueue<T> {
 
     /// Removes and returns the earliest event with its time.
     pub fn pop(&mut self) -> Option<(Time, T)> {
-        if self.now.is_empty() {
-            self.refill()?;
-        }
-        let item = self.now.pop_front()?;
+        let item = match self.now.pop_front() {
+            Some(item) => item,
+            None => self.refill()?,
+        };
         self.len -= 1;
         Some((Time::from_nanos(self.last), item))
     }
 
-    /// Empties the lowest occupied slot: its minimum becomes the last key, the items with
-    /// that key go to the FIFO, the rest to lower levels.
-    fn refill(&mut self) -> Option<()> {
+    /// Empties the lowest occupied slot: its minimum becomes the last key, and the first item
+    /// with that key is returned; the others with that key go to the FIFO, the rest to lower
+    /// levels.
+    fn refill(&mut self) -> Option<T> {
         if self.levels == 0 {
             return None;
         }
@@ -140,11 +141,11 @@ impl<T> EventQueue<T> {
         }
         let bucket = &mut self.buckets[level * SLOTS + slot];
         if bucket.len() == 1 {
-            // The common case: nothing to spread.
+            // The common case: nothing to spread, and no other item at that time (it would
+            // share the slot), so the item skips the FIFO.
             let (key, item) = bucket.pop()?;
             self.last = key;
-            self.now.push_back(item);
-            return Some(());
+            return Some(item);
         }
         // The items only ever go to lower levels, so the slot's vector can be swapped with an
         // empty spare and spread from there (both keep their allocations).
@@ -163,7 +164,7 @@ impl<T> EventQueue<T> {
             }
         }
         self.spare = items;
-        Some(())
+        self.now.pop_front()
     }
 
     /// The time of the earliest event, if any.
