@@ -132,6 +132,46 @@ fn extreme_by<K: Ord>(pool: &Pool, largest: bool, key: impl Fn(&Entry) -> K) -> 
     found.map(|(index, _)| index)
 }
 
+/// The best entry (the smallest `key`, ties to the last) and the worst (the largest, ties to
+/// the first) in one pass, with the worst's key; `None` for an empty pool.
+fn extremes_by<K: Ord + Copy>(pool: &Pool, key: impl Fn(&Entry) -> K) -> Option<Extremes<K>> {
+    let mut entries = pool.iter();
+    let first = key(entries.next()?);
+    let start = Extremes {
+        best: 0,
+        best_key: first,
+        worst: 0,
+        worst_key: first,
+        len: pool.len(),
+    };
+    Some(
+        entries
+            .enumerate()
+            .fold(start, |mut found, (index, entry)| {
+                let k = key(entry);
+                if k <= found.best_key {
+                    found.best = index + 1;
+                    found.best_key = k;
+                }
+                if k > found.worst_key {
+                    found.worst = index + 1;
+                    found.worst_key = k;
+                }
+                found
+            }),
+    )
+}
+
+/// What one pass over the pool found: see [`extremes_by`]. `len` is the pool's length then.
+#[derive(Clone, Copy, Debug)]
+struct Extremes<K> {
+    best: usize,
+    best_key: K,
+    worst: usize,
+    worst_key: K,
+    len: usize,
+}
+
 /// A selection rule: how the engine ranks the replies in its pool.
 pub trait Rule: fmt::Debug + Send + 'static {
     /// What the rule computes once per decision (a threshold, a scale factor).
@@ -370,6 +410,23 @@ impl<R: Rule> AsyncProbing<R> {
         extreme_by(&self.pool, worst, |entry| self.rule.key(cx, entry, &unused))
     }
 
+    /// The best and the worst reply in one pass, by the order [`Self::extreme`] uses.
+    fn extremes(&self, cx: &R::Context, now: Time) -> Option<Extremes<(bool, R::Key)>> {
+        if self.failure_seen || R::READS_LOAD {
+            return extremes_by(&self.pool, |entry| self.sort_key(cx, entry, now));
+        }
+        // As in `extreme`: no replica is avoided, and the rule ignores the load.
+        let unused = ReplicaLoad::default();
+        let found = extremes_by(&self.pool, |entry| self.rule.key(cx, entry, &unused))?;
+        Some(Extremes {
+            best: found.best,
+            best_key: (false, found.best_key),
+            worst: found.worst,
+            worst_key: (false, found.worst_key),
+            len: found.len,
+        })
+    }
+
     /// Every reply with its avoided flag and rank, in pool order.
     fn ranked(&self, cx: &R::Context, now: Time) -> Vec<(bool, Rank)> {
         self.pool
@@ -378,13 +435,14 @@ impl<R: Rule> AsyncProbing<R> {
             .collect()
     }
 
-    /// The best reply's index (ties go to the newest), if the pool holds two or more.
-    fn select(&self, cx: &R::Context, now: Time) -> Option<usize> {
+    /// The best reply's index (ties go to the newest), if the pool holds two or more, with
+    /// what the same pass found for the removal that follows (see [`Self::remove_per_query`]).
+    fn select(&self, cx: &R::Context, now: Time) -> Option<Extremes<(bool, R::Key)>> {
         if self.pool.len() < 2 {
             return None;
         }
-        let best = self.extreme(cx, now, false)?;
-        let entry = self.pool.get(best)?;
+        let found = self.extremes(cx, now)?;
+        let entry = self.pool.get(found.best)?;
         tracing::trace!(
             policy = R::NAME,
             compared = ?Candidates(self, cx, now),
@@ -396,7 +454,7 @@ impl<R: Rule> AsyncProbing<R> {
             key = self.rank_entry(cx, entry, now).1.key,
             "selected from pool"
         );
-        Some(best)
+        Some(found)
     }
 
     /// A replica for a pick the pool cannot serve (fewer than two replies).
@@ -522,11 +580,14 @@ impl<R: Rule> AsyncProbing<R> {
             let fresh = (complete && covers)
                 .then(|| self.best_received_since(&cx, now, since))
                 .flatten();
-            let chosen = match fresh.or_else(|| self.select(&cx, now)) {
-                Some(index) => self.pool.use_entry(index),
-                None => self.fallback(now, rng),
+            let (chosen, selected) = match fresh {
+                Some(index) => (self.pool.use_entry(index), None),
+                None => match self.select(&cx, now) {
+                    Some(found) => (self.pool.use_entry(found.best), Some(found)),
+                    None => (self.fallback(now, rng), None),
+                },
             };
-            self.remove_per_query(&cx, now);
+            self.remove_per_query(&cx, now, selected);
             let pick = self.count_pick(chosen);
             tracing::trace!(
                 policy = R::NAME,
@@ -555,12 +616,53 @@ impl<R: Rule> AsyncProbing<R> {
         self.extreme(cx, now, true)
     }
 
-    /// Removes `r_remove` replies for this query, alternating oldest and worst.
-    fn remove_per_query(&mut self, cx: &R::Context, now: Time) {
+    /// [`Self::worst`] once the best reply `found` has been used, from what the pass that
+    /// chose it found. Using a reply changes that reply alone: it is gone (spent), and every
+    /// later index moves down one, or its key changed (its RIF rose by one). Every other
+    /// reply's key is unchanged, and the worst of them is `found.worst` (never the best: with
+    /// two or more replies, ties go to the last for the best and to the first for the worst).
+    fn worst_after_use(
+        &self,
+        cx: &R::Context,
+        now: Time,
+        found: Extremes<(bool, R::Key)>,
+    ) -> Option<usize> {
+        debug_assert_ne!(found.best, found.worst);
+        let worst = if self.pool.len() < found.len {
+            found.worst - usize::from(found.worst > found.best)
+        } else {
+            let used = self.pool.get(found.best)?;
+            let key = if self.failure_seen || R::READS_LOAD {
+                self.sort_key(cx, used, now)
+            } else {
+                (false, self.rule.key(cx, used, &ReplicaLoad::default()))
+            };
+            let used_wins =
+                key > found.worst_key || (key == found.worst_key && found.best < found.worst);
+            if used_wins { found.best } else { found.worst }
+        };
+        // The property tests (debug builds) hold this to a pass of its own.
+        debug_assert_eq!(Some(worst), self.worst(cx, now));
+        Some(worst)
+    }
+
+    /// Removes `r_remove` replies for this query, alternating oldest and worst. `selected` is
+    /// what the pass that chose this query's reply found, before that reply was used: it
+    /// saves the first worst removal a pass of its own.
+    fn remove_per_query(
+        &mut self,
+        cx: &R::Context,
+        now: Time,
+        mut selected: Option<Extremes<(bool, R::Key)>>,
+    ) {
         for _ in 0..self.remove_count.next_count() {
             let index = if self.remove_worst_next {
-                self.worst(cx, now)
+                match selected.take() {
+                    Some(found) => self.worst_after_use(cx, now, found),
+                    None => self.worst(cx, now),
+                }
             } else {
+                selected = None;
                 (!self.pool.is_empty()).then_some(0)
             };
             self.remove_worst_next = !self.remove_worst_next;
@@ -650,11 +752,12 @@ impl<R: Rule> Policy for AsyncProbing<R> {
             return Pick::Pending;
         }
         let cx = self.rule.context_for(&self.pool);
-        let chosen = match self.select(&cx, now) {
-            Some(index) => self.pool.use_entry(index),
+        let selected = self.select(&cx, now);
+        let chosen = match selected {
+            Some(found) => self.pool.use_entry(found.best),
             None => self.fallback(now, rng),
         };
-        self.remove_per_query(&cx, now);
+        self.remove_per_query(&cx, now, selected);
         self.count_pick(chosen)
     }
 
