@@ -112,9 +112,8 @@ impl<R: Rule> fmt::Debug for Candidates<'_, R> {
     }
 }
 
-/// The index of the entry with the smallest `key` (ties go to the last) or, with `largest`, the
-/// largest (ties go to the first).
-fn extreme_by<K: Ord>(pool: &Pool, largest: bool, key: impl Fn(&Entry) -> K) -> Option<usize> {
+/// The index of the entry with the largest `key` (ties go to the first).
+fn worst_by<K: Ord>(pool: &Pool, key: impl Fn(&Entry) -> K) -> Option<usize> {
     // A fold walks the deque's two halves as two plain slices (a `for` loop over its iterator
     // checks which half it is in at every step).
     let found = pool
@@ -122,12 +121,10 @@ fn extreme_by<K: Ord>(pool: &Pool, largest: bool, key: impl Fn(&Entry) -> K) -> 
         .enumerate()
         .fold(None, |found: Option<(usize, K)>, (index, entry)| {
             let k = key(entry);
-            let replaces = match &found {
-                None => true,
-                Some((_, f)) if largest => k > *f,
-                Some((_, f)) => k <= *f,
-            };
-            if replaces { Some((index, k)) } else { found }
+            match &found {
+                Some((_, f)) if k <= *f => found,
+                _ => Some((index, k)),
+            }
         });
     found.map(|(index, _)| index)
 }
@@ -397,25 +394,25 @@ impl<R: Rule> AsyncProbing<R> {
         self.assess(entry, now, |load| self.rule.key(cx, entry, load))
     }
 
-    /// The index of the best reply (the smallest sort key; ties go to the newest) or, with
-    /// `worst`, of the worst (the largest; ties go to the oldest).
-    fn extreme(&self, cx: &R::Context, now: Time, worst: bool) -> Option<usize> {
+    /// The index of the worst reply (the largest sort key; ties go to the oldest).
+    fn worst(&self, cx: &R::Context, now: Time) -> Option<usize> {
         if self.failure_seen || R::READS_LOAD {
-            return extreme_by(&self.pool, worst, |entry| self.sort_key(cx, entry, now));
+            return worst_by(&self.pool, |entry| self.sort_key(cx, entry, now));
         }
         // Nothing has failed, so no replica is avoided (and every reply in the pool is from a
         // replica in the set: a departure drops its replies), and the rule ignores the load:
         // the rule's key alone orders the replies.
         let unused = ReplicaLoad::default();
-        extreme_by(&self.pool, worst, |entry| self.rule.key(cx, entry, &unused))
+        worst_by(&self.pool, |entry| self.rule.key(cx, entry, &unused))
     }
 
-    /// The best and the worst reply in one pass, by the order [`Self::extreme`] uses.
+    /// The best reply (the smallest sort key; ties go to the newest) and the worst (ties go to
+    /// the oldest) in one pass.
     fn extremes(&self, cx: &R::Context, now: Time) -> Option<Extremes<(bool, R::Key)>> {
         if self.failure_seen || R::READS_LOAD {
             return extremes_by(&self.pool, |entry| self.sort_key(cx, entry, now));
         }
-        // As in `extreme`: no replica is avoided, and the rule ignores the load.
+        // As in `worst`: no replica is avoided, and the rule ignores the load.
         let unused = ReplicaLoad::default();
         let found = extremes_by(&self.pool, |entry| self.rule.key(cx, entry, &unused))?;
         Some(Extremes {
@@ -611,11 +608,6 @@ impl<R: Rule> AsyncProbing<R> {
                 .is_none_or(|at| now.saturating_since(at) > self.params.max_age)
     }
 
-    /// The worst reply's index (ties go to the oldest).
-    fn worst(&self, cx: &R::Context, now: Time) -> Option<usize> {
-        self.extreme(cx, now, true)
-    }
-
     /// [`Self::worst`] once the best reply `found` has been used, from what the pass that
     /// chose it found. Using a reply changes that reply alone: it is gone (spent), and every
     /// later index moves down one, or its key changed (its RIF rose by one). Every other
@@ -641,7 +633,8 @@ impl<R: Rule> AsyncProbing<R> {
                 key > found.worst_key || (key == found.worst_key && found.best < found.worst);
             if used_wins { found.best } else { found.worst }
         };
-        // The property tests (debug builds) hold this to a pass of its own.
+        // Every test run in a debug build (the property tests of the HCL rule among them)
+        // holds this to a pass of its own.
         debug_assert_eq!(Some(worst), self.worst(cx, now));
         Some(worst)
     }
