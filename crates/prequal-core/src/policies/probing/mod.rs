@@ -28,6 +28,9 @@ pub mod engine;
 pub mod params;
 pub mod pool;
 
+#[cfg(test)]
+mod proptests;
+
 pub use engine::{AsyncProbing, Rank, RankKey, Rule, order_with_aversion};
 pub use params::{ProbingParams, b_reuse, pool_capacity, validate_aversion};
 pub use pool::{Entry, Pool};
