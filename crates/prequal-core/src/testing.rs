@@ -3,13 +3,34 @@
 use rand::SeedableRng;
 use rand_pcg::Pcg64Mcg;
 
-use crate::policy::{Pick, Policy, Query, QueryId};
+use std::time::Duration;
+
+use crate::policy::{LoadReport, Pick, Policy, ProbeId, ProbeRequest, Query, QueryId};
 use crate::replica::{ReplicaChange, ReplicaId};
 use crate::time::Time;
 
 /// A deterministic RNG for tests.
 pub fn rng(seed: u64) -> Pcg64Mcg {
     Pcg64Mcg::seed_from_u64(seed)
+}
+
+/// A probe reply reporting `rif` queries in flight and a latency of `latency_ms`.
+pub fn report(rif: u32, latency_ms: u64) -> LoadReport {
+    LoadReport {
+        rif,
+        latency: Duration::from_millis(latency_ms),
+        ..LoadReport::default()
+    }
+}
+
+/// A probe to `replica` (id 0, no query or hint).
+pub fn probe(replica: u32) -> ProbeRequest {
+    ProbeRequest {
+        id: ProbeId(0),
+        replica: ReplicaId(replica),
+        query: None,
+        hint: None,
+    }
 }
 
 /// Adds replicas with the given ids to a freshly built policy.

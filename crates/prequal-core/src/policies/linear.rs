@@ -245,15 +245,7 @@ mod tests {
     use super::*;
     use crate::policy::{Pick, Query, QueryId};
     use crate::replica::ReplicaChange;
-    use crate::testing::rng;
-
-    fn report(rif: u32, ms: u64) -> LoadReport {
-        LoadReport {
-            rif,
-            latency: Duration::from_millis(ms),
-            ..LoadReport::default()
-        }
-    }
+    use crate::testing::{report, rng};
 
     #[test]
     fn alpha_is_the_median_at_rif_one_with_a_fallback() {

@@ -6,18 +6,10 @@ use std::time::Duration;
 
 use super::sync::{Config, PrequalSync};
 use crate::config::build_policy::BuildPolicy;
-use crate::policy::{LoadReport, Pick, Policy, ProbeRequest, Query, QueryId};
+use crate::policy::{Pick, Policy, ProbeRequest, Query, QueryId};
 use crate::replica::{ReplicaChange, ReplicaId};
-use crate::testing::rng;
+use crate::testing::{report, rng};
 use crate::time::Time;
-
-fn report(rif: u32, latency_ms: u64) -> LoadReport {
-    LoadReport {
-        rif,
-        latency: Duration::from_millis(latency_ms),
-        ..LoadReport::default()
-    }
-}
 
 fn sync_policy(n: u32) -> PrequalSync {
     let mut p = PrequalSync::new(Config::default());

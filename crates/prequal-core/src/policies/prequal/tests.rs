@@ -14,22 +14,7 @@ use crate::replica::{ReplicaChange, ReplicaId};
 use crate::testing::rng;
 use crate::time::Time;
 
-pub(super) fn report(rif: u32, latency_ms: u64) -> LoadReport {
-    LoadReport {
-        rif,
-        latency: Duration::from_millis(latency_ms),
-        ..LoadReport::default()
-    }
-}
-
-pub(super) fn probe(replica: u32) -> ProbeRequest {
-    ProbeRequest {
-        id: ProbeId(0),
-        replica: ReplicaId(replica),
-        query: None,
-        hint: None,
-    }
-}
+pub(super) use crate::testing::{probe, report};
 
 /// Query `id` of this client, finished successfully after `latency_ms`.
 pub(super) fn success(id: u64, latency_ms: u64) -> Completion {

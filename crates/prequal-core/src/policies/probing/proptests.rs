@@ -10,11 +10,9 @@ use proptest::prelude::*;
 
 use crate::config::build_policy::BuildPolicy;
 use crate::policies::{c3, linear, prequal};
-use crate::policy::{
-    Completion, LoadReport, Outcome, Pick, Policy, ProbeId, ProbeRequest, Query, QueryId,
-};
+use crate::policy::{Completion, Outcome, Pick, Policy, Query, QueryId};
 use crate::replica::{ReplicaChange, ReplicaId};
-use crate::testing::rng;
+use crate::testing::{probe, report, rng};
 use crate::time::Time;
 
 const REPLICAS: u32 = 12;
@@ -85,23 +83,6 @@ fn policies() -> Vec<Box<dyn Policy>> {
         }
         .build(),
     ]
-}
-
-fn report(rif: u32, ms: u64) -> LoadReport {
-    LoadReport {
-        rif,
-        latency: Duration::from_millis(ms),
-        ..LoadReport::default()
-    }
-}
-
-fn probe(replica: u32) -> ProbeRequest {
-    ProbeRequest {
-        id: ProbeId(0),
-        replica: ReplicaId(replica),
-        query: None,
-        hint: None,
-    }
 }
 
 proptest! {
