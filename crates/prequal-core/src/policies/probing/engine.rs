@@ -623,12 +623,9 @@ impl<R: Rule> AsyncProbing<R> {
         let worst = if self.pool.len() < found.len {
             found.worst - usize::from(found.worst > found.best)
         } else {
-            let used = self.pool.get(found.best)?;
-            let key = if self.failure_seen || R::READS_LOAD {
-                self.sort_key(cx, used, now)
-            } else {
-                (false, self.rule.key(cx, used, &ReplicaLoad::default()))
-            };
+            // One reply: the full sort key (the passes skip its load lookup only while it
+            // cannot matter, and then it orders the same).
+            let key = self.sort_key(cx, self.pool.get(found.best)?, now);
             let used_wins =
                 key > found.worst_key || (key == found.worst_key && found.best < found.worst);
             if used_wins { found.best } else { found.worst }
