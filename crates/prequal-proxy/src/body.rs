@@ -1,12 +1,24 @@
 //! Body types: what the proxy sends upstream and downstream.
 //!
-//! Bodies are streamed frame by frame, never collected. How the policy hears that a response
+//! Bodies are streamed frame by frame, with two exceptions, each bounded by a cluster setting:
+//! a small request body is kept for a second try ([`crate::replay`]), and a small response body
+//! is read whole within its try ([`WholeBody`]). How the policy hears that a streamed response
 //! body has ended is [`crate::try_guard`]'s: the body is wrapped in prequal-http's
 //! [`TrackedBody`](prequal_http::TrackedBody), which is handed the try's guard.
 
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::{Pin, pin};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
 use bytes::Bytes;
+use http::HeaderMap;
+use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use http_body_util::combinators::UnsyncBoxBody;
+use tokio::time::{Instant, Sleep};
 
 /// A boxed error, as body errors cross hyper's client and server.
 pub use prequal_http::BoxError;
@@ -26,4 +38,163 @@ pub fn full(text: impl Into<Bytes>) -> ProxyBody {
     http_body_util::Full::new(text.into())
         .map_err(|never| match never {})
         .boxed_unsync()
+}
+
+/// A response body read whole from the replica before the proxy answers (see
+/// `response_buffer_limit`), replayed to the client frame for frame: its data, then its
+/// trailers if it had any.
+#[derive(Debug, Default)]
+pub struct WholeBody {
+    /// The data chunks still to send, in order. Most bodies that fit the limit arrive in one
+    /// chunk, which this holds without an allocation of its own.
+    first: Option<Bytes>,
+    rest: VecDeque<Bytes>,
+    trailers: Option<HeaderMap>,
+}
+
+impl WholeBody {
+    /// Reads `body` to its end. Fails as the body does (the replica broke off mid-body).
+    pub async fn read<B: Body<Data = Bytes>>(body: B) -> Result<Self, B::Error> {
+        let mut body = pin!(body);
+        let mut whole = WholeBody::default();
+        while let Some(frame) = body.frame().await {
+            match frame?.into_data() {
+                Ok(data) if data.is_empty() => {}
+                Ok(data) if whole.first.is_none() && whole.rest.is_empty() => {
+                    whole.first = Some(data)
+                }
+                Ok(data) => whole.rest.push_back(data),
+                Err(frame) => {
+                    if let Ok(trailers) = frame.into_trailers() {
+                        match &mut whole.trailers {
+                            Some(earlier) => earlier.extend(trailers),
+                            None => whole.trailers = Some(trailers),
+                        }
+                    }
+                }
+            }
+        }
+        Ok(whole)
+    }
+
+    /// The trailers the body ended with, if any.
+    pub fn trailers(&self) -> Option<&HeaderMap> {
+        self.trailers.as_ref()
+    }
+}
+
+impl Body for WholeBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let next = match self.first.take().or_else(|| self.rest.pop_front()) {
+            Some(data) => Some(Ok(Frame::data(data))),
+            None => self.trailers.take().map(|t| Ok(Frame::trailers(t))),
+        };
+        Poll::Ready(next)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.first.is_none() && self.rest.is_empty() && self.trailers.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let left = self
+            .first
+            .iter()
+            .chain(&self.rest)
+            .map(|d| d.len() as u64)
+            .sum();
+        SizeHint::with_exact(left)
+    }
+}
+
+/// A streamed response body that fails if its replica sends nothing for `idle` (the cluster's
+/// `response_idle_timeout`): the client's response then ends in an error instead of waiting on
+/// a replica that stopped mid-body. The timer is made only when the body first has to wait,
+/// and moved on only when it fires, so a body whose frames are ready when asked for never
+/// touches tokio's timer.
+#[derive(Debug)]
+pub struct IdleTimeout<B> {
+    body: B,
+    idle: Duration,
+    /// When the body fails unless a frame comes first; set when it starts waiting, cleared by
+    /// each frame.
+    deadline: Option<Instant>,
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl<B> IdleTimeout<B> {
+    /// Wraps `body`, which may wait at most `idle` for each frame.
+    pub fn new(body: B, idle: Duration) -> Self {
+        IdleTimeout {
+            body,
+            idle,
+            deadline: None,
+            timer: None,
+        }
+    }
+}
+
+/// The error a body of [`IdleTimeout`] fails with.
+#[derive(Debug)]
+pub struct IdleTimedOut(Duration);
+
+impl std::fmt::Display for IdleTimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the replica sent nothing of its response body for {:?} (response_idle_timeout)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for IdleTimedOut {}
+
+impl<B> Body for IdleTimeout<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        if let Poll::Ready(frame) = Pin::new(&mut this.body).poll_frame(cx) {
+            this.deadline = None;
+            return Poll::Ready(frame.map(|frame| frame.map_err(Into::into)));
+        }
+        let deadline = *this
+            .deadline
+            .get_or_insert_with(|| Instant::now() + this.idle);
+        let timer = this
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        // The timer may be set for an earlier wait's deadline: when it fires before this one,
+        // it is moved on to it.
+        while timer.as_mut().poll(cx).is_ready() {
+            if Instant::now() >= deadline {
+                return Poll::Ready(Some(Err(IdleTimedOut(this.idle).into())));
+            }
+            timer.as_mut().reset(deadline);
+        }
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
 }

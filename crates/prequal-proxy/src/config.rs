@@ -212,6 +212,14 @@ pub struct ClusterConfig {
     /// Request bodies up to this many bytes (by `Content-Length`) are read before the first
     /// try, so that they can be retried and hedged. Default 65536; 0 streams every body.
     pub replay_body_limit: u64,
+    /// Responses up to this many bytes (by `Content-Length`) are read whole within their try
+    /// before the proxy answers, so that a replica that stalls mid-response is timed out,
+    /// hedged and retried like one that never answers. Default 65536; 0 streams every response.
+    pub response_buffer_limit: u64,
+    /// A streamed response body (one not read whole) whose replica sends nothing for this long
+    /// is cut off, and the try counts as an error. Default `60s`; 0 never cuts one off.
+    #[serde(with = "humantime_serde")]
+    pub response_idle_timeout: Duration,
     /// Whether outlier ejection is on. Default `true`.
     pub outlier_ejection: bool,
     /// Outlier ejection parameters.
@@ -248,6 +256,8 @@ impl Default for ClusterConfig {
             retry_budget: RetryBudgetConfig::default(),
             hedge: HedgeConfig::default(),
             replay_body_limit: 65_536,
+            response_buffer_limit: 65_536,
+            response_idle_timeout: Duration::from_secs(60),
             outlier_ejection: true,
             outlier: OutlierConfig::default(),
             slow_start: SlowStartConfig::default(),

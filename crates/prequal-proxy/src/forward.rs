@@ -4,7 +4,9 @@
 //! (hedges included). Each try asks the cluster's policy for a replica (never one this request
 //! already tried, while others are left), rewrites the URI to that replica, and waits at most
 //! `try_timeout` (and never past the request's overall `request_timeout`) for the response
-//! headers. The response body streams back untouched.
+//! headers. A response body of declared length up to `response_buffer_limit` is read whole
+//! within that time too, so a replica that stops after its head is timed out, hedged and
+//! retried like one that never answered; longer bodies, and streams, go back as they come.
 //!
 //! **Hedging** (Dean and Barroso, "The Tail at Scale", CACM 2013): when the first try of a
 //! request that may be retried has not answered after the hedge delay (by default the p95 of
@@ -33,20 +35,23 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
+use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use http::uri::Authority;
 use http::{HeaderName, HeaderValue, Method, Request, Response, StatusCode, Version, header};
+use http_body::Body;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use prequal_core::{Outcome, ReplicaId};
 use prequal_http::protocol::{LOAD_HEADER, parse_reply};
-use prequal_http::{TrackedBody, head_outcome};
+use prequal_http::{TrackedBody, grpc_outcome, head_outcome};
 use tokio::time::Instant;
 
 use crate::access_log::Served;
-use crate::body::{ProxyBody, full};
+use crate::body::{IdleTimeout, ProxyBody, WholeBody, full};
 use crate::cluster::{Attempt, Cluster, HedgePlan, Strict};
 use crate::headers::{ClientHop, Direction, add_forwarding, strip_hop_by_hop};
 use crate::replay::{ClientFailed, RequestBody};
@@ -529,7 +534,51 @@ async fn one_try(
         }
         Some(Ok(response)) => response,
     };
-    relay(response, guard, authority)
+    let limit = cluster.config().response_buffer_limit;
+    if !reads_whole(response.body(), limit) {
+        return relay(response, guard, authority);
+    }
+    // A small response is read whole before the proxy answers, still within the try: a replica
+    // that stops after its head is then timed out (and hedged, and retried) like one that
+    // never answered, where a streamed body would hold the client until the client gave up.
+    let (parts, body) = response.into_parts();
+    let whole = {
+        let mut read = std::pin::pin!(WholeBody::read(body));
+        if watched {
+            until_deadline(deadline, read.as_mut()).await
+        } else {
+            tokio::time::timeout_at(deadline, read.as_mut()).await.ok()
+        }
+    };
+    match whole {
+        None => {
+            guard.outcome = Outcome::Timeout;
+            let response = local_response(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n");
+            Step::Failed {
+                response,
+                replica: None,
+                connect: false,
+            }
+        }
+        Some(Err(error)) => {
+            guard.outcome = Outcome::Error;
+            tracing::debug!(cluster = cluster.name(), replica = %authority, %error, "response body failed");
+            let response = local_response(StatusCode::BAD_GATEWAY, "upstream unavailable\n");
+            Step::Failed {
+                response,
+                replica: None,
+                connect: false,
+            }
+        }
+        Some(Ok(whole)) => relay(Response::from_parts(parts, whole), guard, authority),
+    }
+}
+
+/// Whether a response body is read whole within its try: `limit` is on and the body's
+/// declared length (`Content-Length`) is within it. Streams, and bodies of undeclared length,
+/// are passed on as they come.
+fn reads_whole(body: &impl Body, limit: u64) -> bool {
+    limit > 0 && body.size_hint().upper().is_some_and(|len| len <= limit)
 }
 
 /// Turns the replica's response into the client's: hop-by-hop headers out, and the replica's
@@ -538,7 +587,7 @@ async fn one_try(
 /// policy hears when it ends (a success once it has been read to its end; cancelled if the
 /// client leaves before); a 5xx is a failed step (which the caller may retry). `replica` is
 /// the one that sent it.
-fn relay(mut response: Response<UpstreamBody>, mut guard: TryGuard, replica: Authority) -> Step {
+fn relay<B: Relayed>(mut response: Response<B>, mut guard: TryGuard, replica: Authority) -> Step {
     guard.report = response
         .headers_mut()
         .remove(LOAD)
@@ -554,17 +603,29 @@ fn relay(mut response: Response<UpstreamBody>, mut guard: TryGuard, replica: Aut
     strip_hop_by_hop(&mut parts.headers, Direction::Response);
     // The replica's HTTP version is per hop; hyper answers the client in the client's version.
     parts.version = Version::HTTP_11;
-    let body = match failed {
+    let body = match (failed, body.read_whole()) {
         // A 5xx is an error as of its head: the try ends now, not when the body that may be
         // passed to the client (if no retry succeeds) is read, so the replica's in-flight count
         // does not stay up through a retry.
-        true => {
+        (true, _) => {
             drop(guard);
             body.map_err(Into::into).boxed_unsync()
         }
-        false => TrackedBody::new(body, outcome, guard)
-            .map_err(Into::into)
-            .boxed_unsync(),
+        // Read whole: the replica is done with the try already, and its trailers are known.
+        (false, Some(trailers)) => {
+            guard.outcome = match (outcome, trailers) {
+                (Outcome::Success, Some(trailers)) => grpc_outcome(trailers),
+                (outcome, _) => outcome,
+            };
+            drop(guard);
+            body.map_err(Into::into).boxed_unsync()
+        }
+        (false, None) => match guard.cluster.config().response_idle_timeout {
+            Duration::ZERO => TrackedBody::new(body, outcome, guard)
+                .map_err(Into::into)
+                .boxed_unsync(),
+            idle => TrackedBody::new(IdleTimeout::new(body, idle), outcome, guard).boxed_unsync(),
+        },
     };
     let response = Response::from_parts(parts, body);
     match failed {
@@ -574,6 +635,25 @@ fn relay(mut response: Response<UpstreamBody>, mut guard: TryGuard, replica: Aut
             connect: false,
         },
         false => Step::Done(response, replica),
+    }
+}
+
+/// A replica's response body as [`relay`] takes it: streamed from the replica, or already
+/// read whole.
+trait Relayed: Body<Data = Bytes, Error: Into<crate::body::BoxError>> + Send + Unpin + 'static {
+    /// `Some` (with the body's trailers, if any) when the body was read whole.
+    fn read_whole(&self) -> Option<Option<&http::HeaderMap>>;
+}
+
+impl Relayed for UpstreamBody {
+    fn read_whole(&self) -> Option<Option<&http::HeaderMap>> {
+        None
+    }
+}
+
+impl Relayed for WholeBody {
+    fn read_whole(&self) -> Option<Option<&http::HeaderMap>> {
+        Some(self.trailers())
     }
 }
 

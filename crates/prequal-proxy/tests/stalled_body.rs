@@ -1,0 +1,238 @@
+//! A replica that sends its response head and then nothing (a host stopped between the head
+//! and the body, as under SIGSTOP): a small response is read whole within its try
+//! (`response_buffer_limit`), so the try times out and the request is retried on another
+//! replica; with the limit at 0 the head is passed on at once and the client waits on a body
+//! that never comes, until `response_idle_timeout` cuts it off. Over HTTP/1.1 and HTTP/2.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use http::{Request, Response, header};
+use http_body::{Body, Frame, SizeHint};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tokio::time::Instant;
+
+/// A body that declares `len` bytes and never sends one.
+struct Stalled {
+    len: u64,
+}
+
+impl Body for Stalled {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Pending
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.len)
+    }
+}
+
+/// A replica on 127.0.0.1 that answers every request (probes too) with a head declaring a
+/// `len`-byte body, and then stalls.
+async fn stalling_replica(len: u64) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let service = service_fn(move |_: Request<hyper::body::Incoming>| async move {
+                let mut response = Response::new(Stalled { len });
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_LENGTH, len.into());
+                Ok::<_, Infallible>(response)
+            });
+            tokio::spawn(async move {
+                let builder = auto::Builder::new(TokioExecutor::new());
+                let _ = builder
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// A config with round robin over the stalling replica and a healthy one, tries cut at
+/// 300 ms, no hedging, and `extra` lines.
+fn config(stalling: SocketAddr, healthy: &Backend, proto: Proto, extra: &str) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [clusters.test]\nupstreams = [\"{stalling}\", \"{}\"]\npolicy = \"round-robin\"\n\
+         protocol = \"{}\"\ntry_timeout = \"300ms\"\noutlier_ejection = false\n{NO_HEDGING}\n{extra}\n",
+        healthy.addr,
+        proto.toml()
+    )
+}
+
+async fn stalled_body_is_retried(proto: Proto) {
+    let stalling = stalling_replica(5).await;
+    let healthy = Backend::start().await;
+    let proxy = start_proxy(&config(stalling, &healthy, proto, "")).await;
+    let client = client(proto);
+    // Round robin sends every other first try to the stalling replica; each of those times
+    // out at 300 ms and is retried on the healthy one.
+    for _ in 0..4 {
+        let start = Instant::now();
+        let answered = send_within(
+            &client,
+            proxy.addr,
+            "GET",
+            Vec::new(),
+            Duration::from_secs(5),
+        )
+        .await;
+        assert_eq!(answered, Some(200), "every request is answered in full");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "never held past the client's patience"
+        );
+    }
+    let admin = client_again(Proto::H1);
+    let metrics = get(&admin, proxy.admin, "/metrics").await.1;
+    let timeouts = metric_sum(
+        &metrics,
+        &[
+            "upstream_tries_total",
+            &stalling.to_string(),
+            "outcome=\"timeout\"",
+        ],
+    );
+    // Round robin's turn moves on with each retry's pick too, so how many first tries met the
+    // stalling replica depends on the order; each was retried.
+    let retries = metric(&metrics, "prequal_proxy_retries_total{cluster=\"test\"}");
+    assert!(
+        timeouts >= 1.0 && timeouts == retries,
+        "the stalled tries count against their replica, and each was retried\n{metrics}"
+    );
+    assert_eq!(
+        healthy.hits(),
+        4,
+        "each request served by the healthy replica"
+    );
+}
+
+async fn streamed_when_the_limit_is_off(proto: Proto) {
+    let stalling = stalling_replica(5).await;
+    let healthy = Backend::start().await;
+    let proxy = start_proxy(&config(
+        stalling,
+        &healthy,
+        proto,
+        "response_buffer_limit = 0",
+    ))
+    .await;
+    let client = client(proto);
+    let mut answered = Vec::new();
+    for _ in 0..2 {
+        answered.push(
+            send_within(
+                &client,
+                proxy.addr,
+                "GET",
+                Vec::new(),
+                Duration::from_secs(1),
+            )
+            .await,
+        );
+    }
+    answered.sort();
+    // The head is passed on as it comes, so the request that went to the stalling replica
+    // holds its client: no try timeout covers a streamed body.
+    assert_eq!(answered, vec![None, Some(200)]);
+}
+
+async fn large_stalled_body_streams(proto: Proto) {
+    // Declared larger than the limit: the head is passed on at once, as with the limit off.
+    let stalling = stalling_replica(1_000).await;
+    let healthy = Backend::start().await;
+    let proxy = start_proxy(&config(
+        stalling,
+        &healthy,
+        proto,
+        "response_buffer_limit = 999",
+    ))
+    .await;
+    let client = client(proto);
+    let mut answered = Vec::new();
+    for _ in 0..2 {
+        answered.push(
+            send_within(
+                &client,
+                proxy.addr,
+                "GET",
+                Vec::new(),
+                Duration::from_secs(1),
+            )
+            .await,
+        );
+    }
+    answered.sort();
+    assert_eq!(answered, vec![None, Some(200)]);
+}
+
+async fn streamed_body_idle_is_cut_off(proto: Proto) {
+    // Streamed (over the limit), with a short idle timeout: the client gets the head, then an
+    // error once the replica has sent nothing for 300 ms, instead of waiting for ever.
+    let stalling = stalling_replica(1_000).await;
+    let healthy = Backend::start().await;
+    let extra = "response_buffer_limit = 999\nresponse_idle_timeout = \"300ms\"";
+    let proxy = start_proxy(&config(stalling, &healthy, proto, extra)).await;
+    let client = client(proto);
+    let mut cut_off = 0;
+    for _ in 0..2 {
+        let request = Request::get(format!("http://{}/work", proxy.addr))
+            .body(http_body_util::Full::new(Bytes::new()))
+            .unwrap();
+        let start = Instant::now();
+        let response = client.request(request).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let body = tokio::time::timeout(
+            Duration::from_secs(5),
+            http_body_util::BodyExt::collect(response.into_body()),
+        )
+        .await
+        .expect("the body ends, in full or cut off, well before the test's guard");
+        if body.is_err() {
+            cut_off += 1;
+            assert!(start.elapsed() >= Duration::from_millis(300));
+        }
+    }
+    assert_eq!(cut_off, 1, "the stalled body, and only it, is cut off");
+    let admin = client_again(Proto::H1);
+    let metrics = get(&admin, proxy.admin, "/metrics").await.1;
+    let errors = metric_sum(
+        &metrics,
+        &[
+            "upstream_tries_total",
+            &stalling.to_string(),
+            "outcome=\"error\"",
+        ],
+    );
+    assert_eq!(
+        errors, 1.0,
+        "the cut-off try is an error of its replica\n{metrics}"
+    );
+}
+
+over_h1_and_h2!(stalled_body, stalled_body_is_retried);
+over_h1_and_h2!(idle_stream, streamed_body_idle_is_cut_off);
+over_h1_and_h2!(limit_off, streamed_when_the_limit_is_off);
+over_h1_and_h2!(over_the_limit, large_stalled_body_streams);
