@@ -9,8 +9,8 @@
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
-use std::pin::{Pin, pin};
-use std::task::{Context, Poll};
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -53,30 +53,6 @@ pub struct WholeBody {
 }
 
 impl WholeBody {
-    /// Reads `body` to its end. Fails as the body does (the replica broke off mid-body).
-    pub async fn read<B: Body<Data = Bytes>>(body: B) -> Result<Self, B::Error> {
-        let mut body = pin!(body);
-        let mut whole = WholeBody::default();
-        while let Some(frame) = body.frame().await {
-            match frame?.into_data() {
-                Ok(data) if data.is_empty() => {}
-                Ok(data) if whole.first.is_none() && whole.rest.is_empty() => {
-                    whole.first = Some(data)
-                }
-                Ok(data) => whole.rest.push_back(data),
-                Err(frame) => {
-                    if let Ok(trailers) = frame.into_trailers() {
-                        match &mut whole.trailers {
-                            Some(earlier) => earlier.extend(trailers),
-                            None => whole.trailers = Some(trailers),
-                        }
-                    }
-                }
-            }
-        }
-        Ok(whole)
-    }
-
     /// The trailers the body ended with, if any.
     pub fn trailers(&self) -> Option<&HeaderMap> {
         self.trailers.as_ref()
@@ -110,6 +86,52 @@ impl Body for WholeBody {
             .map(|d| d.len() as u64)
             .sum();
         SizeHint::with_exact(left)
+    }
+}
+
+/// Reads a body to its end into a [`WholeBody`]; fails as the body does (the replica broke off
+/// mid-body). `Unpin`, so a caller can poll it once and, if the body is not all there yet,
+/// move it on to finish later.
+#[derive(Debug)]
+pub struct ReadWhole<B> {
+    body: B,
+    whole: WholeBody,
+}
+
+impl<B> ReadWhole<B> {
+    /// Starts reading `body`.
+    pub fn new(body: B) -> Self {
+        ReadWhole {
+            body,
+            whole: WholeBody::default(),
+        }
+    }
+}
+
+impl<B: Body<Data = Bytes> + Unpin> Future for ReadWhole<B> {
+    type Output = Result<WholeBody, B::Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        while let Some(frame) = ready!(Pin::new(&mut this.body).poll_frame(cx)) {
+            let whole = &mut this.whole;
+            match frame?.into_data() {
+                Ok(data) if data.is_empty() => {}
+                Ok(data) if whole.first.is_none() && whole.rest.is_empty() => {
+                    whole.first = Some(data)
+                }
+                Ok(data) => whole.rest.push_back(data),
+                Err(frame) => {
+                    if let Ok(trailers) = frame.into_trailers() {
+                        match &mut whole.trailers {
+                            Some(earlier) => earlier.extend(trailers),
+                            None => whole.trailers = Some(trailers),
+                        }
+                    }
+                }
+            }
+        }
+        Poll::Ready(Ok(std::mem::take(&mut this.whole)))
     }
 }
 

@@ -51,7 +51,7 @@ use prequal_http::{TrackedBody, grpc_outcome, head_outcome};
 use tokio::time::Instant;
 
 use crate::access_log::Served;
-use crate::body::{IdleTimeout, ProxyBody, WholeBody, full};
+use crate::body::{IdleTimeout, ProxyBody, ReadWhole, WholeBody, full};
 use crate::cluster::{Attempt, Cluster, HedgePlan, Strict};
 use crate::headers::{ClientHop, Direction, add_forwarding, strip_hop_by_hop};
 use crate::replay::{ClientFailed, RequestBody};
@@ -196,6 +196,22 @@ pub async fn forward(
                 continue;
             }
         };
+        let step = match step {
+            TryEnd::Step(step) => step,
+            TryEnd::BodyLate { rest, deadline } => {
+                // Its head is in and its body is not: it runs on to the same deadline, and a
+                // hedge still due waits until the body is late as well (the head alone would
+                // hedge every request whose replica sends its body after its head).
+                running.push(
+                    Box::pin(async move { (TryEnd::Step(rest.await), hedge) }),
+                    deadline,
+                );
+                if let Some(at) = &mut hedge_at {
+                    *at = (*at).max(Instant::now() + cluster.body_allowance());
+                }
+                continue;
+            }
+        };
         if let Step::Done(response, replica) = step {
             if hedge {
                 cluster.metrics.hedges_won.inc();
@@ -245,7 +261,7 @@ pub async fn forward(
 
 /// One try, from sending its request to its response headers (or its failure), and whether
 /// it is a hedge.
-type TryFuture<'a> = Pin<Box<dyn Future<Output = (Step, bool)> + Send + 'a>>;
+type TryFuture<'a> = Pin<Box<dyn Future<Output = (TryEnd, bool)> + Send + 'a>>;
 
 /// The tries of one request in flight: one, the lead, polled directly, the others (hedges, and
 /// retries sent beside a try that may be hung) in a `FuturesUnordered`. Most requests make a
@@ -290,7 +306,7 @@ impl<'a> Running<'a> {
     }
 
     /// The next try to end, as `FuturesUnordered::poll_next`: `None` once none is running.
-    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<(Step, bool)>> {
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<(TryEnd, bool)>> {
         if let Some((lead, _)) = &mut self.lead
             && let Poll::Ready(ended) = lead.as_mut().poll(cx)
         {
@@ -450,6 +466,17 @@ fn prepare_headers(parts: &mut http::request::Parts, client: &ClientHop, upstrea
     add_forwarding(&mut parts.headers, client, parts.version);
 }
 
+/// Where a try stands when its future ends: done (answered or failed), or answered with a head
+/// whose body, to be read whole, has not all come yet.
+enum TryEnd {
+    Step(Step),
+    /// The rest of the try, which reads the body to the end, by `deadline`.
+    BodyLate {
+        rest: Pin<Box<dyn Future<Output = Step> + Send>>,
+        deadline: Instant,
+    },
+}
+
 /// How one try ended.
 enum Step {
     /// A response to hand back, and the replica that sent it.
@@ -477,36 +504,88 @@ impl Step {
 /// One try, which times out at `deadline`: by a timer of its own, or, when `watched`, by the
 /// request's timer (see [`Running`]). `client_failed` is set if the request body it streams
 /// fails on the client's side: the try then fails as the client's fault (400), and the
-/// replica is not charged.
+/// replica is not charged. A response of up to `response_buffer_limit` bytes is read whole
+/// before the try ends: at once when its body came with its head, else in a
+/// [`TryEnd::BodyLate`] the request's loop runs on.
 async fn one_try(
-    mut guard: TryGuard,
+    guard: TryGuard,
     authority: Authority,
     upstream: Request<ProxyBody>,
     deadline: Instant,
     watched: bool,
     client_failed: Option<ClientFailed>,
-) -> Step {
+) -> TryEnd {
+    let (response, mut guard) = match head_of_try(
+        guard,
+        &authority,
+        upstream,
+        deadline,
+        watched,
+        client_failed,
+    )
+    .await
+    {
+        Ok(answered) => answered,
+        Err(failed) => return TryEnd::Step(failed),
+    };
+    let limit = guard.cluster.config().response_buffer_limit;
+    if !reads_whole(response.body(), limit) {
+        return TryEnd::Step(relay(response, guard, authority));
+    }
+    // A small response is read whole before the proxy answers, still within the try: a replica
+    // that stops after its head is then timed out (and hedged, and retried) like one that
+    // never answered, where a streamed body would hold the client until the client gave up.
+    guard.head = Some(guard.start.elapsed());
+    let (parts, body) = response.into_parts();
+    let mut read = ReadWhole::new(body);
+    // Most bodies come with their head: what is there is taken without waiting.
+    match std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut read).poll(cx))).await {
+        Poll::Ready(whole) => TryEnd::Step(read_end(Some(whole), parts, guard, authority)),
+        Poll::Pending => {
+            let rest = async move {
+                let since = Instant::now();
+                let whole = match watched {
+                    true => until_deadline(deadline, Pin::new(&mut read)).await,
+                    false => tokio::time::timeout_at(deadline, &mut read).await.ok(),
+                };
+                if let Some(Ok(_)) = &whole {
+                    guard.cluster.record_body_wait(since.elapsed());
+                }
+                read_end(whole, parts, guard, authority)
+            };
+            TryEnd::BodyLate {
+                rest: Box::pin(rest),
+                deadline,
+            }
+        }
+    }
+}
+
+/// A try up to its response head: the response, or the step it failed with.
+async fn head_of_try(
+    mut guard: TryGuard,
+    authority: &Authority,
+    upstream: Request<ProxyBody>,
+    deadline: Instant,
+    watched: bool,
+    client_failed: Option<ClientFailed>,
+) -> Result<(Response<UpstreamBody>, TryGuard), Step> {
     let cluster = Arc::clone(&guard.cluster);
     let upstream_pool = cluster.upstream(guard.worker);
     let sent = {
         // Pinned here, once: moved into either wrapper, it would be held twice in this future,
         // which is copied whole when it is boxed.
-        let mut send = std::pin::pin!(upstream_pool.send(guard.replica, &authority, upstream));
+        let mut send = std::pin::pin!(upstream_pool.send(guard.replica, authority, upstream));
         if watched {
             until_deadline(deadline, send.as_mut()).await
         } else {
             tokio::time::timeout_at(deadline, send.as_mut()).await.ok()
         }
     };
-    let response = match sent {
+    match sent {
         None => {
             guard.outcome = Outcome::Timeout;
-            let response = local_response(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n");
-            return Step::Failed {
-                response,
-                replica: None,
-                connect: false,
-            };
+            Err(timed_out())
         }
         Some(Err(error)) if client_failed.as_ref().is_some_and(ClientFailed::is_set) => {
             // The client's body broke (a malformed chunk, too many bytes, the client gone):
@@ -516,61 +595,58 @@ async fn one_try(
             tracing::debug!(cluster = cluster.name(), replica = %authority, %error, "request body failed");
             let response =
                 local_response(StatusCode::BAD_REQUEST, "request body could not be read\n");
-            return Step::Failed {
+            Err(Step::Failed {
                 response,
                 replica: None,
                 connect: false,
-            };
+            })
         }
         Some(Err(error)) => {
             guard.outcome = Outcome::Error;
             tracing::debug!(cluster = cluster.name(), replica = %authority, %error, "try failed");
-            let response = local_response(StatusCode::BAD_GATEWAY, "upstream unavailable\n");
-            return Step::Failed {
-                response,
-                replica: None,
-                connect: error.is_connect(),
-            };
+            Err(unavailable(error.is_connect()))
         }
-        Some(Ok(response)) => response,
-    };
-    let limit = cluster.config().response_buffer_limit;
-    if !reads_whole(response.body(), limit) {
-        return relay(response, guard, authority);
+        Some(Ok(response)) => Ok((response, guard)),
     }
-    // A small response is read whole before the proxy answers, still within the try: a replica
-    // that stops after its head is then timed out (and hedged, and retried) like one that
-    // never answered, where a streamed body would hold the client until the client gave up.
-    let (parts, body) = response.into_parts();
-    let whole = {
-        let mut read = std::pin::pin!(WholeBody::read(body));
-        if watched {
-            until_deadline(deadline, read.as_mut()).await
-        } else {
-            tokio::time::timeout_at(deadline, read.as_mut()).await.ok()
-        }
-    };
+}
+
+/// The end of reading a body whole: `None` if the try's deadline came first.
+fn read_end(
+    whole: Option<Result<WholeBody, hyper::Error>>,
+    parts: http::response::Parts,
+    mut guard: TryGuard,
+    authority: Authority,
+) -> Step {
     match whole {
         None => {
             guard.outcome = Outcome::Timeout;
-            let response = local_response(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n");
-            Step::Failed {
-                response,
-                replica: None,
-                connect: false,
-            }
+            timed_out()
         }
         Some(Err(error)) => {
             guard.outcome = Outcome::Error;
-            tracing::debug!(cluster = cluster.name(), replica = %authority, %error, "response body failed");
-            let response = local_response(StatusCode::BAD_GATEWAY, "upstream unavailable\n");
-            Step::Failed {
-                response,
-                replica: None,
-                connect: false,
-            }
+            tracing::debug!(cluster = guard.cluster.name(), replica = %authority, %error, "response body failed");
+            unavailable(false)
         }
         Some(Ok(whole)) => relay(Response::from_parts(parts, whole), guard, authority),
+    }
+}
+
+/// A try that timed out (504 if no other try answers).
+fn timed_out() -> Step {
+    Step::Failed {
+        response: local_response(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n"),
+        replica: None,
+        connect: false,
+    }
+}
+
+/// A try that failed on the replica's side of the connection (502 if no other try answers);
+/// `connect`: before the request reached it.
+fn unavailable(connect: bool) -> Step {
+    Step::Failed {
+        response: local_response(StatusCode::BAD_GATEWAY, "upstream unavailable\n"),
+        replica: None,
+        connect,
     }
 }
 

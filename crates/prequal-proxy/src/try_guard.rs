@@ -34,8 +34,12 @@ pub struct TryGuard {
     pub outcome: Outcome,
     /// A load report piggybacked on the response, if any.
     pub report: Option<LoadReport>,
-    /// How long the replica took to send the response head, once it has.
+    /// How long the replica took to answer, once it has: to the response head, or, for a
+    /// response read whole within the try, to its end. A try dropped before is a loser.
     pub answered: Option<std::time::Duration>,
+    /// How long the replica took to send the response head, once it has (what the hedge
+    /// delay is learned from).
+    pub head: Option<std::time::Duration>,
     /// Set when the try failed through the client's fault (its request body broke): it ends
     /// cancelled however long it ran, never counted against the replica.
     pub client_fault: bool,
@@ -54,6 +58,7 @@ impl TryGuard {
             outcome: Outcome::Cancelled,
             report: None,
             answered: None,
+            head: None,
             client_fault: false,
         }
     }
@@ -73,7 +78,7 @@ impl Drop for TryGuard {
         self.cluster.complete(
             self.replica,
             self.query,
-            (latency, self.answered),
+            (latency, self.answered, self.head),
             (self.outcome, self.client_fault),
             self.report.take(),
             self.worker,

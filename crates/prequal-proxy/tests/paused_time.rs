@@ -80,7 +80,7 @@ async fn an_ejection_ends_at_the_cluster_timer_in_paused_time() {
         cluster.complete(
             chosen.replica,
             chosen.query,
-            (took, Some(took)),
+            (took, Some(took), Some(took)),
             (outcome, false),
             None,
             0,

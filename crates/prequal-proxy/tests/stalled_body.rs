@@ -129,6 +129,46 @@ async fn stalled_body_is_retried(proto: Proto) {
     );
 }
 
+async fn stalled_body_is_hedged(proto: Proto) {
+    // Hedging on, with a fixed 50 ms delay, and the default 10 s try timeout: a head whose
+    // body is late re-times the hedge to the head plus the body allowance (the hedge delay,
+    // while few late bodies are known), so the request is answered by the hedge, long before
+    // the try would time out.
+    let stalling = stalling_replica(5).await;
+    let healthy = Backend::start().await;
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [clusters.test]\nupstreams = [\"{stalling}\", \"{}\"]\npolicy = \"round-robin\"\n\
+         protocol = \"{}\"\noutlier_ejection = false\nhedge = {{ delay = \"50ms\" }}\n",
+        healthy.addr,
+        proto.toml()
+    );
+    let proxy = start_proxy(&text).await;
+    let client = client(proto);
+    for _ in 0..4 {
+        let answered = send_within(
+            &client,
+            proxy.addr,
+            "GET",
+            Vec::new(),
+            Duration::from_secs(3),
+        )
+        .await;
+        assert_eq!(
+            answered,
+            Some(200),
+            "answered in full well before the try timeout"
+        );
+    }
+    let admin = client_again(Proto::H1);
+    let metrics = get(&admin, proxy.admin, "/metrics").await.1;
+    let won = metric(&metrics, "prequal_proxy_hedges_won_total{cluster=\"test\"}");
+    assert!(
+        won >= 1.0,
+        "the stalled tries were rescued by hedges\n{metrics}"
+    );
+}
+
 async fn streamed_when_the_limit_is_off(proto: Proto) {
     let stalling = stalling_replica(5).await;
     let healthy = Backend::start().await;
@@ -233,6 +273,7 @@ async fn streamed_body_idle_is_cut_off(proto: Proto) {
 }
 
 over_h1_and_h2!(stalled_body, stalled_body_is_retried);
+over_h1_and_h2!(stalled_body_hedged, stalled_body_is_hedged);
 over_h1_and_h2!(idle_stream, streamed_body_idle_is_cut_off);
 over_h1_and_h2!(limit_off, streamed_when_the_limit_is_off);
 over_h1_and_h2!(over_the_limit, large_stalled_body_streams);

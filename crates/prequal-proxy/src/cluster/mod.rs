@@ -329,10 +329,31 @@ impl Cluster {
         }
     }
 
-    /// A try finished after `latency` (`answered`: the time to its response head, if it came):
-    /// feeds the policy (error aversion sees 5xx and timeouts as failures) and outlier
-    /// ejection, which may take the replica out of the policy. A try cancelled before its
-    /// response head (the client left, or another try answered first) counts as a timeout once
+    /// How long after its head a body read whole may take before the request's hedge goes
+    /// (if one is still due): the p99 of the recent bodies that did not come with their head
+    /// (see [`Cluster::record_body_wait`]), or, until 20 are known, the hedge delay.
+    pub fn body_allowance(&self) -> Duration {
+        let state = self.lock();
+        match state.body_waits.len() {
+            0..20 => state
+                .balancer
+                .hedger()
+                .delay()
+                .unwrap_or_else(|| self.config.hedge.earliest_delay()),
+            _ => state.body_waits.quantile(0.99).unwrap_or_default(),
+        }
+    }
+
+    /// A body read whole came `wait` after its head, where it had not come with it.
+    pub fn record_body_wait(&self, wait: Duration) {
+        self.lock().body_waits.record(wait);
+    }
+
+    /// A try finished after `latency` (`answered`: the time to its response head, or to the
+    /// end of a response read whole, if it came; `head`: the time to its head): feeds the
+    /// policy (error aversion sees 5xx and timeouts as failures) and outlier ejection, which
+    /// may take the replica out of the policy. A try cancelled before it answered (the client
+    /// left, or another try answered first) counts as a timeout once
     /// it has outlived the hedge delay and twice the replica's usual successful try (see
     /// prequal-core's `Balancer::loser_outcome`), the delay being the learned p95 of the time to a successful response
     /// head (as in the simulator, see prequal-core's `Hedger::loser_outcome`; learned whether
@@ -344,7 +365,7 @@ impl Cluster {
         self: &Arc<Self>,
         replica: ReplicaId,
         query: QueryId,
-        (latency, answered): (Duration, Option<Duration>),
+        (latency, answered, head): (Duration, Option<Duration>, Option<Duration>),
         (outcome, client_fault): (Outcome, bool),
         report: Option<LoadReport>,
         worker: usize,
@@ -359,9 +380,12 @@ impl Cluster {
             (Outcome::Cancelled, None) if !client_fault => {
                 core.balancer.loser_outcome(replica, latency)
             }
-            // The hedger learns the time to the response head, what a hedge races.
-            (Outcome::Success, Some(head)) => {
-                core.balancer.hedger_mut().on_response(head, false);
+            // The hedger learns the time to the response head, what a hedge races (a body
+            // that is late after its head re-times the hedge, see `body_allowance`).
+            (Outcome::Success, Some(answered)) => {
+                core.balancer
+                    .hedger_mut()
+                    .on_response(head.unwrap_or(answered), false);
                 outcome
             }
             (other, _) => other,

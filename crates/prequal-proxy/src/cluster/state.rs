@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use http::uri::Authority;
 use prequal_core::outlier::Ejection;
-use prequal_core::{Balancer, Outcome, Pick, QueryId, ReplicaId, Strict, Time};
+use prequal_core::{Balancer, LatencyQuantile, Outcome, Pick, QueryId, ReplicaId, Strict, Time};
 use prequal_http::ProbeHealth;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
@@ -86,6 +86,9 @@ pub(super) struct State {
     pub(super) armed: Option<Time>,
     /// The id of the next query the policy is asked to place.
     next_query: u64,
+    /// How long the last bodies read whole waited after their heads, among those that did not
+    /// come with them (see `Cluster::body_allowance`).
+    pub(super) body_waits: LatencyQuantile,
 }
 
 impl State {
@@ -100,6 +103,7 @@ impl State {
             waiting: HashMap::new(),
             armed: None,
             next_query: 1,
+            body_waits: LatencyQuantile::new(1000),
         }
     }
 
