@@ -515,19 +515,29 @@ async fn one_try(
     watched: bool,
     client_failed: Option<ClientFailed>,
 ) -> TryEnd {
-    let (response, mut guard) = match head_of_try(
+    let head = head_of_try(
         guard,
         &authority,
         upstream,
         deadline,
         watched,
         client_failed,
-    )
-    .await
-    {
-        Ok(answered) => answered,
-        Err(failed) => return TryEnd::Step(failed),
-    };
+    );
+    match head.await {
+        Ok((response, guard)) => after_head(response, guard, authority, deadline, watched),
+        Err(failed) => TryEnd::Step(failed),
+    }
+}
+
+/// A try whose response head came: relayed, once its body is read if it is to be read whole
+/// (see [`one_try`]). Not async, so that the try's future, which is boxed, holds none of this.
+fn after_head(
+    response: Response<UpstreamBody>,
+    mut guard: TryGuard,
+    authority: Authority,
+    deadline: Instant,
+    watched: bool,
+) -> TryEnd {
     let limit = guard.cluster.config().response_buffer_limit;
     if !reads_whole(response.body(), limit) {
         return TryEnd::Step(relay(response, guard, authority));
@@ -538,9 +548,16 @@ async fn one_try(
     guard.head = Some(guard.start.elapsed());
     let (parts, body) = response.into_parts();
     let mut read = ReadWhole::new(body);
-    // Most bodies come with their head: what is there is taken without waiting.
-    match std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut read).poll(cx))).await {
-        Poll::Ready(whole) => TryEnd::Step(read_end(Some(whole), parts, guard, authority)),
+    // Most bodies come with their head: what is there is taken without waiting. The body is
+    // polled with a waker that does nothing; if it must wait, the rest of the try polls it
+    // again with its own, which is then the one woken.
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    match Pin::new(&mut read).poll(&mut cx) {
+        Poll::Ready(whole) => {
+            // Answered in full at the head's instant: no second clock read.
+            guard.answered = guard.head;
+            TryEnd::Step(read_end(Some(whole), parts, guard, authority))
+        }
         Poll::Pending => {
             let rest = async move {
                 let since = Instant::now();
@@ -668,7 +685,9 @@ fn relay<B: Relayed>(mut response: Response<B>, mut guard: TryGuard, replica: Au
         .headers_mut()
         .remove(LOAD)
         .and_then(|v| parse_reply(v.as_bytes()).ok());
-    guard.answered = Some(guard.start.elapsed());
+    if guard.answered.is_none() {
+        guard.answered = Some(guard.start.elapsed());
+    }
     let outcome = head_outcome(response.status(), response.headers());
     let failed = response.status().is_server_error();
     if outcome.is_failure() {
