@@ -137,7 +137,8 @@ impl<B: Body<Data = Bytes> + Unpin> Future for ReadWhole<B> {
 
 /// A streamed response body that fails if its replica sends nothing for `idle` (the cluster's
 /// `response_idle_timeout`): the client's response then ends in an error instead of waiting on
-/// a replica that stopped mid-body. The timer is made only when the body first has to wait,
+/// a replica that stopped mid-body. (The proxy puts it outside the try's tracking, so that the
+/// cut-off try counts as cancelled, not against the replica.) The timer is made only when the body first has to wait,
 /// and moved on only when it fires, so a body whose frames are ready when asked for never
 /// touches tokio's timer.
 #[derive(Debug)]
@@ -195,9 +196,14 @@ where
             this.deadline = None;
             return Poll::Ready(frame.map(|frame| frame.map_err(Into::into)));
         }
-        let deadline = *this
-            .deadline
-            .get_or_insert_with(|| Instant::now() + this.idle);
+        let deadline = match this.deadline {
+            Some(deadline) => deadline,
+            None => match Instant::now().checked_add(this.idle) {
+                Some(deadline) => *this.deadline.insert(deadline),
+                // An idle time too long to add to the clock never runs out.
+                None => return Poll::Pending,
+            },
+        };
         let timer = this
             .timer
             .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));

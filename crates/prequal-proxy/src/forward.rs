@@ -565,8 +565,13 @@ fn after_head(
                     true => until_deadline(deadline, Pin::new(&mut read)).await,
                     false => tokio::time::timeout_at(deadline, &mut read).await.ok(),
                 };
-                if let Some(Ok(_)) = &whole {
-                    guard.cluster.record_body_wait(since.elapsed());
+                let waited = since.elapsed();
+                // Sooner, the body was only handed over in parts (hyper passes an HTTP/1.1
+                // body on a chunk at a time), not late.
+                if let Some(Ok(_)) = &whole
+                    && waited >= LATE_BODY
+                {
+                    guard.cluster.record_body_wait(waited);
                 }
                 read_end(whole, parts, guard, authority)
             };
@@ -667,6 +672,10 @@ fn unavailable(connect: bool) -> Step {
     }
 }
 
+/// The least wait after its head for which a body read whole counts as late, for the body
+/// allowance (see `Cluster::body_allowance`).
+const LATE_BODY: Duration = Duration::from_millis(1);
+
 /// Whether a response body is read whole within its try: `limit` is on and the body's
 /// declared length (`Content-Length`) is within it. Streams, and bodies of undeclared length,
 /// are passed on as they come.
@@ -698,13 +707,20 @@ fn relay<B: Relayed>(mut response: Response<B>, mut guard: TryGuard, replica: Au
     strip_hop_by_hop(&mut parts.headers, Direction::Response);
     // The replica's HTTP version is per hop; hyper answers the client in the client's version.
     parts.version = Version::HTTP_11;
+    // A body streamed from the replica is cut off once the replica has sent nothing of it for
+    // `response_idle_timeout`; the cut is outside the try's tracking, so the try ends as
+    // cancelled and the replica is not charged (a stream may rightly be quiet a long time).
+    let idle = match body.read_whole() {
+        None => Some(guard.cluster.config().response_idle_timeout).filter(|d| !d.is_zero()),
+        Some(_) => None,
+    };
     let body = match (failed, body.read_whole()) {
         // A 5xx is an error as of its head: the try ends now, not when the body that may be
         // passed to the client (if no retry succeeds) is read, so the replica's in-flight count
         // does not stay up through a retry.
         (true, _) => {
             drop(guard);
-            body.map_err(Into::into).boxed_unsync()
+            for_client(body, idle)
         }
         // Read whole: the replica is done with the try already, and its trailers are known.
         (false, Some(trailers)) => {
@@ -713,14 +729,9 @@ fn relay<B: Relayed>(mut response: Response<B>, mut guard: TryGuard, replica: Au
                 (outcome, _) => outcome,
             };
             drop(guard);
-            body.map_err(Into::into).boxed_unsync()
+            for_client(body, idle)
         }
-        (false, None) => match guard.cluster.config().response_idle_timeout {
-            Duration::ZERO => TrackedBody::new(body, outcome, guard)
-                .map_err(Into::into)
-                .boxed_unsync(),
-            idle => TrackedBody::new(IdleTimeout::new(body, idle), outcome, guard).boxed_unsync(),
-        },
+        (false, None) => for_client(TrackedBody::new(body, outcome, guard), idle),
     };
     let response = Response::from_parts(parts, body);
     match failed {
@@ -730,6 +741,18 @@ fn relay<B: Relayed>(mut response: Response<B>, mut guard: TryGuard, replica: Au
             connect: false,
         },
         false => Step::Done(response, replica),
+    }
+}
+
+/// `body` as the client's response body: boxed, and cut off after `idle` without a frame if
+/// given.
+fn for_client<B>(body: B, idle: Option<Duration>) -> ProxyBody
+where
+    B: Body<Data = Bytes, Error: Into<crate::body::BoxError>> + Send + Unpin + 'static,
+{
+    match idle {
+        Some(idle) => IdleTimeout::new(body, idle).boxed_unsync(),
+        None => body.map_err(Into::into).boxed_unsync(),
     }
 }
 
