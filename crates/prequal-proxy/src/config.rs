@@ -217,7 +217,7 @@ pub struct ClusterConfig {
     /// hedged and retried like one that never answers. Default 65536; 0 streams every response.
     pub response_buffer_limit: u64,
     /// A streamed response body (one not read whole) whose replica sends nothing for this long
-    /// is cut off, and the try counts as an error. Default `60s`; 0 never cuts one off.
+    /// is cut off, and the try ends as cancelled. Default `60s`; 0 never cuts one off.
     #[serde(with = "humantime_serde")]
     pub response_idle_timeout: Duration,
     /// Whether outlier ejection is on. Default `true`.
