@@ -44,3 +44,21 @@ CFG
         echo "    server s$n 127.0.0.1:$port"
     done
 }
+
+# measure_both: calls `measure NAME PID PORT` (defined by the caller) for the prequal proxy
+# (the zero-config example, policy $POLICY, one data-plane thread per core, over the backends
+# on $B1 and $B2, listening on $PROXY), then for HAProxy (config $WORK/haproxy.cfg, listening
+# on $HAPROXY), each started fresh and the proxy stopped before HAProxy starts.
+measure_both() {
+    local proxy haproxy
+    PREQUAL_WORKERS=0 "$TARGET/release/examples/zero_config" "127.0.0.1:$PROXY" "$POLICY" \
+        "127.0.0.1:$B1" "127.0.0.1:$B2" >/dev/null 2>&1 &
+    PIDS+=($!); proxy=$!
+    wait_port "$PROXY"
+    measure "prequal ($POLICY)" "$proxy" "$PROXY"
+    kill "$proxy"
+    haproxy -db -f "$WORK/haproxy.cfg" >/dev/null 2>&1 &
+    PIDS+=($!); haproxy=$!
+    wait_port "$HAPROXY"
+    measure "haproxy $(haproxy -v | awk 'NR==1 {print $3}')" "$haproxy" "$HAPROXY"
+}

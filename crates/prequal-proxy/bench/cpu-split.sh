@@ -52,12 +52,4 @@ measure() {
 echo "wrk flat out, $CONNS connections, ${DURATION}s each; $(nproc) cores"
 echo "| contender                | requests  | user µs/req | system µs/req | syscalls/request | context switches/req |"
 echo "|--------------------------|-----------|------------|--------------|-----------------|--------------------|"
-PREQUAL_WORKERS=0 "$TARGET/release/examples/zero_config" "127.0.0.1:$PROXY" "$POLICY" "127.0.0.1:$B1" "127.0.0.1:$B2" >/dev/null 2>&1 &
-PIDS+=($!); proxy=$!
-wait_port $PROXY
-measure "prequal ($POLICY)" "$proxy" $PROXY
-kill "$proxy"
-haproxy -db -f "$WORK/haproxy.cfg" >/dev/null 2>&1 &
-PIDS+=($!); haproxy=$!
-wait_port $HAPROXY
-measure "haproxy $(haproxy -v | awk 'NR==1 {print $3}')" "$haproxy" $HAPROXY
+measure_both

@@ -53,12 +53,4 @@ echo "wrk paced, 10 connections each pausing 10 ms, ${DURATION}s each; $(nproc) 
 printf "| %-24s | %8s |" contender requests
 for e in ${EVENTS//,/ }; do printf " %6s |" "$e"; done
 echo " context switches |"
-PREQUAL_WORKERS=0 "$TARGET/release/examples/zero_config" "127.0.0.1:$PROXY" "$POLICY" "127.0.0.1:$B1" "127.0.0.1:$B2" >/dev/null 2>&1 &
-PIDS+=($!); proxy=$!
-wait_port $PROXY
-measure "prequal ($POLICY)" "$proxy" $PROXY
-kill "$proxy"
-haproxy -db -f "$WORK/haproxy.cfg" >/dev/null 2>&1 &
-PIDS+=($!); haproxy=$!
-wait_port $HAPROXY
-measure "haproxy $(haproxy -v | awk 'NR==1 {print $3}')" "$haproxy" $HAPROXY
+measure_both

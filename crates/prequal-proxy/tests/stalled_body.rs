@@ -169,63 +169,31 @@ async fn stalled_body_is_hedged(proto: Proto) {
     );
 }
 
-async fn streamed_when_the_limit_is_off(proto: Proto) {
-    let stalling = stalling_replica(5).await;
+/// Two requests by round robin, one to a replica that declares a body of `len` bytes and
+/// stalls, one to a healthy one, with `extra` cluster lines that make the stalled body
+/// stream: its head is passed on as it comes, so that request holds its client (no try
+/// timeout covers a streamed body, and the idle cut-off is a minute away).
+async fn stalled_stream_holds_client(proto: Proto, len: u64, extra: &str) {
+    let stalling = stalling_replica(len).await;
     let healthy = Backend::start().await;
-    let proxy = start_proxy(&config(
-        stalling,
-        &healthy,
-        proto,
-        "response_buffer_limit = 0",
-    ))
-    .await;
+    let proxy = start_proxy(&config(stalling, &healthy, proto, extra)).await;
     let client = client(proto);
     let mut answered = Vec::new();
     for _ in 0..2 {
-        answered.push(
-            send_within(
-                &client,
-                proxy.addr,
-                "GET",
-                Vec::new(),
-                Duration::from_secs(1),
-            )
-            .await,
-        );
+        let patience = Duration::from_secs(1);
+        answered.push(send_within(&client, proxy.addr, "GET", Vec::new(), patience).await);
     }
     answered.sort();
-    // The head is passed on as it comes, so the request that went to the stalling replica
-    // holds its client: no try timeout covers a streamed body.
     assert_eq!(answered, vec![None, Some(200)]);
+}
+
+async fn streamed_when_the_limit_is_off(proto: Proto) {
+    stalled_stream_holds_client(proto, 5, "response_buffer_limit = 0").await;
 }
 
 async fn large_stalled_body_streams(proto: Proto) {
     // Declared larger than the limit: the head is passed on at once, as with the limit off.
-    let stalling = stalling_replica(1_000).await;
-    let healthy = Backend::start().await;
-    let proxy = start_proxy(&config(
-        stalling,
-        &healthy,
-        proto,
-        "response_buffer_limit = 999",
-    ))
-    .await;
-    let client = client(proto);
-    let mut answered = Vec::new();
-    for _ in 0..2 {
-        answered.push(
-            send_within(
-                &client,
-                proxy.addr,
-                "GET",
-                Vec::new(),
-                Duration::from_secs(1),
-            )
-            .await,
-        );
-    }
-    answered.sort();
-    assert_eq!(answered, vec![None, Some(200)]);
+    stalled_stream_holds_client(proto, 1_000, "response_buffer_limit = 999").await;
 }
 
 async fn streamed_body_idle_is_cut_off(proto: Proto) {
