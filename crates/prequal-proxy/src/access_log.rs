@@ -16,8 +16,9 @@
 //!
 //! `replica` is the one whose answer was used (absent when no replica answered), `tries` counts
 //! every try sent (retries and hedges included), `hedged` says whether the answer came from a
-//! hedge, and `duration_ms` runs from the request's arrival to its response head. A line is
-//! written whole under a lock, so lines from different threads never interleave.
+//! hedge, and `duration_ms` runs from the request's arrival to its response head (for a response
+//! read whole, once its body came). A line is written whole under a lock, so lines from
+//! different threads never interleave.
 
 use std::cell::RefCell;
 use std::fs::OpenOptions;

@@ -111,7 +111,7 @@ impl Metrics {
         );
         r.register_with_unit(
             "request_duration",
-            "Time from request to response headers, all tries included",
+            "Time from request to the response head sent (a response read whole: once its body came), all tries included",
             Unit::Seconds,
             m.duration.clone(),
         );
