@@ -226,3 +226,76 @@ where
         self.body.size_hint()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use http_body::Frame;
+    use http_body_util::{BodyExt, StreamBody};
+    use tokio::time::Instant;
+
+    use super::*;
+
+    /// A body that sends `frames` chunks, `gap` apart, then waits for ever.
+    fn trickle(frames: u32, gap: Duration) -> impl Body<Data = Bytes, Error = Infallible> + Unpin {
+        let stream = futures_util::stream::unfold(0, move |sent| async move {
+            if sent == frames {
+                std::future::pending::<()>().await;
+            }
+            tokio::time::sleep(gap).await;
+            Some((Ok(Frame::data(Bytes::from_static(b"x"))), sent + 1))
+        });
+        StreamBody::new(Box::pin(stream))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_body_fails_once_silent_for_the_whole_time() {
+        let start = Instant::now();
+        let mut body =
+            IdleTimeout::new(trickle(3, Duration::from_secs(40)), Duration::from_secs(60));
+        // Three frames 40 s apart: each gap is under the idle time, so none is cut off,
+        // although the first timer, armed at the first wait, is long past by the third.
+        for _ in 0..3 {
+            let frame = body.frame().await.unwrap().unwrap();
+            assert_eq!(frame.into_data().unwrap(), Bytes::from_static(b"x"));
+        }
+        assert_eq!(start.elapsed(), Duration::from_secs(120));
+        // Then silence: cut off 60 s after the last frame, not before.
+        let error = body.frame().await.unwrap().unwrap_err();
+        assert_eq!(start.elapsed(), Duration::from_secs(180));
+        assert!(
+            error.to_string().contains("response_idle_timeout"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_time_past_the_clock_never_runs_out() {
+        let mut body = IdleTimeout::new(trickle(0, Duration::ZERO), Duration::MAX);
+        let waited = tokio::time::timeout(Duration::from_secs(3600), body.frame()).await;
+        assert!(waited.is_err(), "still waiting after an hour");
+    }
+
+    #[tokio::test]
+    async fn read_whole_keeps_chunks_in_order_and_the_trailers() {
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+        let frames = vec![
+            Ok::<_, Infallible>(Frame::data(Bytes::from_static(b"ab"))),
+            Ok(Frame::data(Bytes::new())),
+            Ok(Frame::data(Bytes::from_static(b"cd"))),
+            Ok(Frame::trailers(trailers)),
+        ];
+        let body = StreamBody::new(futures_util::stream::iter(frames));
+        let whole = ReadWhole::new(body).await.unwrap();
+        assert_eq!(whole.size_hint().exact(), Some(4));
+        assert_eq!(whole.trailers().unwrap()["grpc-status"], "0");
+        let collected = whole.collect().await.unwrap();
+        assert_eq!(collected.trailers().unwrap()["grpc-status"], "0");
+        assert_eq!(collected.to_bytes(), Bytes::from_static(b"abcd"));
+    }
+}
