@@ -1,5 +1,5 @@
-//! End-to-end tests of the emulated backend's whole-replica faults (`black-hole`, `host-down`,
-//! `killed`) over real loopback sockets. "Never answered" is checked as "not answered within a
+//! End-to-end tests of the emulated backend's whole-replica faults (`black-hole`, `stall-body`,
+//! `host-down`, `killed`) over real loopback sockets. "Never answered" is checked as "not answered within a
 //! short wait", and every wait is bounded; no test asserts how fast the machine is.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -60,6 +60,50 @@ async fn black_hole_holds_queries_and_answers_probes(proto: Proto) {
     backend.shutdown().await;
 }
 both_protocols!(black_hole_holds_queries_and_answers_probes);
+
+/// A stalled body: the head comes at once, declaring the usual body, which never comes; the
+/// tracker counts the query in flight meanwhile, and probes are answered.
+async fn stall_body_answers_heads_and_holds_bodies(proto: Proto) {
+    let backend = start(
+        r#"count = 1
+           latency = { kind = "constant", value = "1ms" }
+           [[episodes]]
+           servers = [0]
+           start = "0s"
+           end = "1h"
+           fault = "stall-body""#,
+        None,
+    )
+    .await;
+    let addr = backend.addrs()[0];
+    let client = client(proto);
+    let version = match proto {
+        Proto::Http1 => http::Version::HTTP_11,
+        Proto::Http2 => http::Version::HTTP_2,
+    };
+    let request = http::Request::get(format!("http://{addr}/"))
+        .version(version)
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    let response = tokio::time::timeout(BOUND, client.request(request))
+        .await
+        .expect("the head comes")
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()[http::header::CONTENT_LENGTH], "3");
+    assert_eq!(
+        probe(&client, proto, addr).await.rif,
+        1,
+        "in flight at the replica"
+    );
+    let body = http_body_util::BodyExt::collect(response.into_body());
+    assert!(
+        tokio::time::timeout(HELD, body).await.is_err(),
+        "the body never comes"
+    );
+    backend.shutdown().await;
+}
+both_protocols!(stall_body_answers_heads_and_holds_bodies);
 
 /// A down host holds queries and probes alike, and its tracker sees none of them.
 async fn host_down_holds_queries_and_probes(proto: Proto) {

@@ -10,7 +10,7 @@
 //! | `error_rate` | this share of queries fail (0..=1) |
 //! | `error_latency` | failed queries answer after this long instead of after normal service (fast errors) |
 //! | `capacity_loss` | this share of the replica's cores is gone (0..=1; capacity model) |
-//! | `fault` | the replica fails as a whole: `"black-hole"`, `"host-down"` or `"killed"` ([`Fault`]) |
+//! | `fault` | the replica fails as a whole: `"black-hole"`, `"stall-body"`, `"host-down"` or `"killed"` ([`Fault`]) |
 //!
 //! Overlapping episodes combine: factors multiply, error rates combine as independent events,
 //! capacity losses compound, and of the active pins and faults the one listed last wins.
@@ -148,6 +148,12 @@ pub enum Fault {
     /// worker pool): its load tracker sees them arrive and stay, so its RIF grows; probes are
     /// still answered. Queries end only when their client gives up or cancels them.
     BlackHole,
+    /// The application answers every query's head at once (200, with its `Content-Length`)
+    /// and then never sends the body, as a host stopped between the two, or a service that
+    /// flushes its headers and then hangs. Like a black hole to anything that waits for the
+    /// whole answer: its tracker counts the query in flight until the client gives up; probes
+    /// are still answered. The simulator, which has no heads, runs it as `black-hole`.
+    StallBody,
     /// The host is unreachable: queries and probes vanish without an answer (the client's
     /// deadline or probe timeout ends them). The replica's tracker sees nothing.
     HostDown,

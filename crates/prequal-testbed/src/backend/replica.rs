@@ -16,11 +16,14 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
+use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use prequal_core::Time;
 use prequal_model::model::{Admission, Fault, JobId, ReplicaModel};
@@ -31,6 +34,49 @@ use tokio::sync::{Notify, oneshot, watch};
 
 /// The response header naming the replica that served a request (for per-replica shares).
 pub const REPLICA_HEADER: &str = "x-prequal-replica";
+
+/// The body of a successful answer.
+const OK_TEXT: &[u8] = b"ok\n";
+
+/// An emulated replica's response body: its text, or, under a `stall-body` fault, a body that
+/// declares its length and never sends a byte of it.
+#[derive(Debug)]
+pub enum ReplicaBody {
+    /// The whole answer.
+    Full(Full<Bytes>),
+    /// `len` bytes declared, none ever sent.
+    Stalled(u64),
+}
+
+impl Body for ReplicaBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.get_mut() {
+            ReplicaBody::Full(full) => Pin::new(full).poll_frame(cx),
+            // Nothing will ever wake it: the connection holds it until the client leaves.
+            ReplicaBody::Stalled(_) => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ReplicaBody::Full(full) => full.is_end_stream(),
+            ReplicaBody::Stalled(_) => false,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ReplicaBody::Full(full) => full.size_hint(),
+            ReplicaBody::Stalled(len) => SizeHint::with_exact(*len),
+        }
+    }
+}
 
 /// How often the driver refreshes the reported utilisation.
 const UTILIZATION_PERIOD: Duration = Duration::from_millis(100);
@@ -153,11 +199,15 @@ impl EmulatedReplica {
     /// Serves one query: waits as the model says, then answers 200, or 500 for an emulated
     /// error. If the caller gives up (the future is dropped), its CPU job is cancelled. Under
     /// a `black-hole` fault the query is held and never answered (the tracker, outside, counts
-    /// it in flight until the caller gives up), as in the simulator.
-    pub async fn serve<B>(self: Arc<Self>, _request: Request<B>) -> Response<Full<Bytes>> {
+    /// it in flight until the caller gives up), as in the simulator; under `stall-body` its
+    /// head is answered at once and its body never comes (the tracker counts it in flight the
+    /// same way).
+    pub async fn serve<B>(self: Arc<Self>, _request: Request<B>) -> Response<ReplicaBody> {
         let now = self.clock.now();
-        if self.fault_at(now) == Some(Fault::BlackHole) {
-            return std::future::pending().await;
+        match self.fault_at(now) {
+            Some(Fault::BlackHole) => return std::future::pending().await,
+            Some(Fault::StallBody) => return self.stalled(),
+            _ => {}
         }
         let (admission, error, waiter) = {
             let mut state = self.lock();
@@ -193,17 +243,28 @@ impl EmulatedReplica {
         self.respond(error)
     }
 
-    fn respond(&self, error: bool) -> Response<Full<Bytes>> {
+    fn respond(&self, error: bool) -> Response<ReplicaBody> {
         let (status, text): (_, &'static [u8]) = if error {
             (StatusCode::INTERNAL_SERVER_ERROR, b"emulated error\n")
         } else {
-            (StatusCode::OK, b"ok\n")
+            (StatusCode::OK, OK_TEXT)
         };
-        let mut response = Response::new(Full::new(Bytes::from_static(text)));
+        let body = ReplicaBody::Full(Full::new(Bytes::from_static(text)));
+        let mut response = Response::new(body);
         *response.status_mut() = status;
         response
             .headers_mut()
             .insert(REPLICA_HEADER, self.index_header.clone());
+        response
+    }
+
+    /// The head of a success, declaring the usual body, which never comes (`stall-body`).
+    fn stalled(&self) -> Response<ReplicaBody> {
+        let len = OK_TEXT.len() as u64;
+        let mut response = Response::new(ReplicaBody::Stalled(len));
+        let headers = response.headers_mut();
+        headers.insert(REPLICA_HEADER, self.index_header.clone());
+        headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(len));
         response
     }
 
@@ -303,9 +364,9 @@ pub fn service<B: Send + 'static>(
     replica: Arc<EmulatedReplica>,
 ) -> impl tower::Service<
     Request<B>,
-    Response = Response<Full<Bytes>>,
+    Response = Response<ReplicaBody>,
     Error = Infallible,
-    Future = impl std::future::Future<Output = Result<Response<Full<Bytes>>, Infallible>> + Send,
+    Future = impl std::future::Future<Output = Result<Response<ReplicaBody>, Infallible>> + Send,
 > + Clone {
     tower::service_fn(move |request: Request<B>| {
         let replica = Arc::clone(&replica);

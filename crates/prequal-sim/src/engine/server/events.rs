@@ -88,7 +88,8 @@ impl Sim<'_> {
                 );
             }
             // Accepted and held forever: the tracker counts it in flight until it is cancelled.
-            Fault::BlackHole => {
+            // A stalled body is the same here, where a response has no head of its own.
+            Fault::BlackHole | Fault::StallBody => {
                 let server = &mut self.servers[s as usize];
                 let arrival = server.tracker.on_arrival(now);
                 self.recorder.arrival(now, s as usize, arrival.rif);
@@ -269,7 +270,7 @@ impl Sim<'_> {
         match self.servers[s as usize].model.effects(now).fault {
             Some(Fault::HostDown) => return self.probe_unanswered(c, probe, false),
             Some(Fault::Killed) => return self.probe_unanswered(c, probe, true),
-            Some(Fault::BlackHole | Fault::Redeployed) | None => {}
+            Some(Fault::BlackHole | Fault::StallBody | Fault::Redeployed) | None => {}
         }
         let with_rates = self.clients[c as usize].reads_probe_rates;
         let server = &mut self.servers[s as usize];
