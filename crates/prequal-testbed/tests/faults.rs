@@ -11,26 +11,31 @@ use std::time::Duration;
 
 use http::StatusCode;
 use prequal_server::protocol;
+use prequal_testbed::backend::Backend;
 
 use common::*;
 
 /// How long "never answered" is watched.
 const HELD: Duration = Duration::from_millis(300);
 
-/// A black hole holds queries (its tracker counts them in flight) and answers probes; the
-/// replica beside it is untouched.
-async fn black_hole_holds_queries_and_answers_probes(proto: Proto) {
-    let backend = start(
-        r#"count = 2
-           latency = { kind = "constant", value = "1ms" }
+/// `count` replicas answering in 1 ms, the first under `fault` for the whole test.
+async fn with_fault(count: u32, fault: &str) -> Backend {
+    let servers = format!(
+        r#"count = {count}
+           latency = {{ kind = "constant", value = "1ms" }}
            [[episodes]]
            servers = [0]
            start = "0s"
            end = "1h"
-           fault = "black-hole""#,
-        None,
-    )
-    .await;
+           fault = "{fault}""#
+    );
+    start(&servers, None).await
+}
+
+/// A black hole holds queries (its tracker counts them in flight) and answers probes; the
+/// replica beside it is untouched.
+async fn black_hole_holds_queries_and_answers_probes(proto: Proto) {
+    let backend = with_fault(2, "black-hole").await;
     let (hole, healthy) = (backend.addrs()[0], backend.addrs()[1]);
     let client = client(proto);
     let held = {
@@ -64,17 +69,7 @@ both_protocols!(black_hole_holds_queries_and_answers_probes);
 /// A stalled body: the head comes at once, declaring the usual body, which never comes; the
 /// tracker counts the query in flight meanwhile, and probes are answered.
 async fn stall_body_answers_heads_and_holds_bodies(proto: Proto) {
-    let backend = start(
-        r#"count = 1
-           latency = { kind = "constant", value = "1ms" }
-           [[episodes]]
-           servers = [0]
-           start = "0s"
-           end = "1h"
-           fault = "stall-body""#,
-        None,
-    )
-    .await;
+    let backend = with_fault(1, "stall-body").await;
     let addr = backend.addrs()[0];
     let client = client(proto);
     let version = match proto {
@@ -107,17 +102,7 @@ both_protocols!(stall_body_answers_heads_and_holds_bodies);
 
 /// A down host holds queries and probes alike, and its tracker sees none of them.
 async fn host_down_holds_queries_and_probes(proto: Proto) {
-    let backend = start(
-        r#"count = 1
-           latency = { kind = "constant", value = "1ms" }
-           [[episodes]]
-           servers = [0]
-           start = "0s"
-           end = "1h"
-           fault = "host-down""#,
-        None,
-    )
-    .await;
+    let backend = with_fault(1, "host-down").await;
     let addr = backend.addrs()[0];
     let client = client(proto);
     let query = tokio::time::timeout(HELD, try_get(&client, proto, addr, "/")).await;
