@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
-use http::{Request, Response, header};
+use http::{HeaderMap, HeaderValue, Request, Response, header};
 use http_body::{Body, Frame, SizeHint};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -24,40 +24,57 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 
-/// A body that declares `len` bytes and never sends one.
-struct Stalled {
-    len: u64,
+/// What a test replica answers: a head declaring `len` bytes and then nothing, or a whole body
+/// of declared length with optional trailers.
+#[derive(Clone)]
+enum Reply {
+    Stalled(u64),
+    Whole(Bytes, Option<HeaderMap>),
 }
 
-impl Body for Stalled {
+impl Body for Reply {
     type Data = Bytes;
     type Error = Infallible;
 
     fn poll_frame(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         _: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        Poll::Pending
+        match &mut *self {
+            Reply::Stalled(_) => Poll::Pending,
+            Reply::Whole(data, trailers) if data.is_empty() => {
+                Poll::Ready(trailers.take().map(|t| Ok(Frame::trailers(t))))
+            }
+            Reply::Whole(data, _) => Poll::Ready(Some(Ok(Frame::data(std::mem::take(data))))),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.len)
+        match self {
+            Reply::Stalled(len) => SizeHint::with_exact(*len),
+            Reply::Whole(data, _) => SizeHint::with_exact(data.len() as u64),
+        }
     }
 }
 
-/// A replica on 127.0.0.1 that answers every request (probes too) with a head declaring a
-/// `len`-byte body, and then stalls.
-async fn stalling_replica(len: u64) -> SocketAddr {
+/// A replica on 127.0.0.1 that answers every request (probes too) with `reply`, its length
+/// declared in `Content-Length`.
+async fn replica(reply: Reply) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
-            let service = service_fn(move |_: Request<hyper::body::Incoming>| async move {
-                let mut response = Response::new(Stalled { len });
-                response
-                    .headers_mut()
-                    .insert(header::CONTENT_LENGTH, len.into());
-                Ok::<_, Infallible>(response)
+            let reply = reply.clone();
+            let service = service_fn(move |_: Request<hyper::body::Incoming>| {
+                let reply = reply.clone();
+                async move {
+                    let len = reply.size_hint().exact().unwrap_or_default();
+                    let mut response = Response::new(reply);
+                    response
+                        .headers_mut()
+                        .insert(header::CONTENT_LENGTH, len.into());
+                    Ok::<_, Infallible>(response)
+                }
             });
             tokio::spawn(async move {
                 let builder = auto::Builder::new(TokioExecutor::new());
@@ -68,6 +85,12 @@ async fn stalling_replica(len: u64) -> SocketAddr {
         }
     });
     addr
+}
+
+/// A replica that answers every request with a head declaring a `len`-byte body, and then
+/// stalls.
+async fn stalling_replica(len: u64) -> SocketAddr {
+    replica(Reply::Stalled(len)).await
 }
 
 /// A config with round robin over the stalling replica and a healthy one, tries cut at
@@ -246,7 +269,58 @@ async fn streamed_body_idle_is_cut_off(proto: Proto) {
     );
 }
 
+/// Tries whose small body is read whole end as their answer says: a success, or, over HTTP/2
+/// where trailers may follow a declared length, what the trailers' `grpc-status` says.
+async fn read_whole_tries_end_as_answered(proto: Proto) {
+    let ok = replica(Reply::Whole(Bytes::from_static(b"ok"), None)).await;
+    let mut trailers = HeaderMap::new();
+    trailers.insert("grpc-status", HeaderValue::from_static("14"));
+    let unavailable = replica(Reply::Whole(Bytes::from_static(b"no"), Some(trailers))).await;
+    let upstreams = match proto {
+        Proto::H1 => format!("\"{ok}\""),
+        Proto::H2 => format!("\"{ok}\", \"{unavailable}\""),
+    };
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n\
+         [clusters.test]\nupstreams = [{upstreams}]\npolicy = \"round-robin\"\n\
+         protocol = \"{}\"\noutlier_ejection = false\nmax_attempts = 1\n{NO_HEDGING}\n",
+        proto.toml()
+    );
+    let proxy = start_proxy(&text).await;
+    let client = client(proto);
+    for _ in 0..4 {
+        let patience = Duration::from_secs(5);
+        assert_eq!(
+            send_within(&client, proxy.addr, "GET", Vec::new(), patience).await,
+            Some(200)
+        );
+    }
+    let admin = client_again(Proto::H1);
+    let metrics = get(&admin, proxy.admin, "/metrics").await.1;
+    let tries = |replica: SocketAddr, outcome: &str| {
+        metric_sum(
+            &metrics,
+            &[
+                "upstream_tries_total",
+                &replica.to_string(),
+                &format!("outcome=\"{outcome}\""),
+            ],
+        )
+    };
+    let (ok_tries, failing_tries) = match proto {
+        Proto::H1 => (4.0, 0.0),
+        Proto::H2 => (2.0, 2.0),
+    };
+    assert_eq!(tries(ok, "success"), ok_tries, "{metrics}");
+    assert_eq!(tries(unavailable, "error"), failing_tries, "{metrics}");
+    assert_eq!(
+        tries(ok, "cancelled") + tries(unavailable, "cancelled"),
+        0.0
+    );
+}
+
 over_h1_and_h2!(stalled_body, stalled_body_is_retried);
+over_h1_and_h2!(read_whole_outcomes, read_whole_tries_end_as_answered);
 over_h1_and_h2!(stalled_body_hedged, stalled_body_is_hedged);
 over_h1_and_h2!(idle_stream, streamed_body_idle_is_cut_off);
 over_h1_and_h2!(limit_off, streamed_when_the_limit_is_off);
