@@ -540,7 +540,7 @@ fn after_head(
 ) -> TryEnd {
     let limit = guard.cluster.config().response_buffer_limit;
     if !reads_whole(response.body(), limit) {
-        return TryEnd::Step(relay(response, guard, authority));
+        return TryEnd::Step(relay(response.map(Reply::Streamed), guard, authority));
     }
     // A small response is read whole before the proxy answers, still within the try: a replica
     // that stops after its head is then timed out (and hedged, and retried) like one that
@@ -649,7 +649,11 @@ fn read_end(
             tracing::debug!(cluster = guard.cluster.name(), replica = %authority, %error, "response body failed");
             unavailable(false)
         }
-        Some(Ok(whole)) => relay(Response::from_parts(parts, whole), guard, authority),
+        Some(Ok(whole)) => relay(
+            Response::from_parts(parts, Reply::Whole(whole)),
+            guard,
+            authority,
+        ),
     }
 }
 
@@ -689,7 +693,7 @@ fn reads_whole(body: &impl Body, limit: u64) -> bool {
 /// policy hears when it ends (a success once it has been read to its end; cancelled if the
 /// client leaves before); a 5xx is a failed step (which the caller may retry). `replica` is
 /// the one that sent it.
-fn relay<B: Relayed>(mut response: Response<B>, mut guard: TryGuard, replica: Authority) -> Step {
+fn relay(mut response: Response<Reply>, mut guard: TryGuard, replica: Authority) -> Step {
     guard.report = response
         .headers_mut()
         .remove(LOAD)
@@ -710,28 +714,31 @@ fn relay<B: Relayed>(mut response: Response<B>, mut guard: TryGuard, replica: Au
     // A body streamed from the replica is cut off once the replica has sent nothing of it for
     // `response_idle_timeout`; the cut is outside the try's tracking, so the try ends as
     // cancelled and the replica is not charged (a stream may rightly be quiet a long time).
-    let idle = match body.read_whole() {
-        None => Some(guard.cluster.config().response_idle_timeout).filter(|d| !d.is_zero()),
-        Some(_) => None,
+    let idle = |guard: &TryGuard| {
+        Some(guard.cluster.config().response_idle_timeout).filter(|idle| !idle.is_zero())
     };
-    let body = match (failed, body.read_whole()) {
+    let body = match body {
+        // Read whole: the replica is done with the try already, and its trailers are known.
+        Reply::Whole(body) => {
+            guard.outcome = match body.trailers() {
+                Some(trailers) if outcome == Outcome::Success => grpc_outcome(trailers),
+                _ => outcome,
+            };
+            drop(guard);
+            for_client(body, None)
+        }
         // A 5xx is an error as of its head: the try ends now, not when the body that may be
         // passed to the client (if no retry succeeds) is read, so the replica's in-flight count
         // does not stay up through a retry.
-        (true, _) => {
+        Reply::Streamed(body) if failed => {
+            let idle = idle(&guard);
             drop(guard);
             for_client(body, idle)
         }
-        // Read whole: the replica is done with the try already, and its trailers are known.
-        (false, Some(trailers)) => {
-            guard.outcome = match (outcome, trailers) {
-                (Outcome::Success, Some(trailers)) => grpc_outcome(trailers),
-                (outcome, _) => outcome,
-            };
-            drop(guard);
-            for_client(body, idle)
+        Reply::Streamed(body) => {
+            let idle = idle(&guard);
+            for_client(TrackedBody::new(body, outcome, guard), idle)
         }
-        (false, None) => for_client(TrackedBody::new(body, outcome, guard), idle),
     };
     let response = Response::from_parts(parts, body);
     match failed {
@@ -756,23 +763,12 @@ where
     }
 }
 
-/// A replica's response body as [`relay`] takes it: streamed from the replica, or already
-/// read whole.
-trait Relayed: Body<Data = Bytes, Error: Into<crate::body::BoxError>> + Send + Unpin + 'static {
-    /// `Some` (with the body's trailers, if any) when the body was read whole.
-    fn read_whole(&self) -> Option<Option<&http::HeaderMap>>;
-}
-
-impl Relayed for UpstreamBody {
-    fn read_whole(&self) -> Option<Option<&http::HeaderMap>> {
-        None
-    }
-}
-
-impl Relayed for WholeBody {
-    fn read_whole(&self) -> Option<Option<&http::HeaderMap>> {
-        Some(self.trailers())
-    }
+/// A replica's response body as [`relay`] takes it.
+enum Reply {
+    /// Streamed from the replica as it comes.
+    Streamed(UpstreamBody),
+    /// Read whole within the try (`response_buffer_limit`).
+    Whole(WholeBody),
 }
 
 /// The request for one try: same method, path, headers; the URI in origin form (the pool
