@@ -20,16 +20,13 @@ B1=19201 B2=19202 PROXY=19280
 for tool in valgrind wrk; do
     command -v "$tool" >/dev/null || { echo "missing $tool: apt-get install -y valgrind wrk" >&2; exit 1; }
 done
-cargo build --release -q -p prequal-proxy --example bench_backend --example zero_config
+start_backends
 
-
-"$TARGET/release/examples/bench_backend" "127.0.0.1:$B1" >/dev/null 2>&1 & PIDS+=($!)
-"$TARGET/release/examples/bench_backend" "127.0.0.1:$B2" >/dev/null 2>&1 & PIDS+=($!)
 PREQUAL_WORKERS=1 valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out" \
     "$TARGET/release/examples/zero_config" "127.0.0.1:$PROXY" "$POLICY" "127.0.0.1:$B1" "127.0.0.1:$B2" \
     >"$WORK/proxy.log" 2>&1 &
 proxy=$!
-wait_port $B1; wait_port $B2; wait_port $PROXY 200
+wait_port $PROXY 200
 wrk -t1 -c"$CONNS" -d"$DURATION" "http://127.0.0.1:$PROXY/" >"$WORK/wrk.txt"
 # SIGINT: the proxy drains and exits, and callgrind writes its counts.
 kill -INT "$proxy"; wait "$proxy" || true

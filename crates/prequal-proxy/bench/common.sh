@@ -18,6 +18,19 @@ wait_port() {
     exit 1
 }
 
+# start_backends: builds the benchmarks' examples (the trivial backend and the zero-config
+# proxy), starts the backend on 127.0.0.1:$B1 and :$B2 and waits until both listen.
+start_backends() {
+    cargo build --release -q -p prequal-proxy --example bench_backend --example zero_config
+    local port
+    for port in "$B1" "$B2"; do
+        "$TARGET/release/examples/bench_backend" "127.0.0.1:$port" >/dev/null 2>&1 &
+        PIDS+=($!)
+    done
+    wait_port "$B1"
+    wait_port "$B2"
+}
+
 # haproxy_config LISTEN_PORT BACKEND_PORT... prints the HAProxy the benchmarks compare with:
 # HTTP round robin over the backends on 127.0.0.1, upstream connections reused
 # (`http-reuse always`), its default of one thread per core.

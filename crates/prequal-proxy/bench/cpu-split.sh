@@ -20,12 +20,7 @@ B1=19301 B2=19302 PROXY=19380 HAPROXY=19381
 for tool in wrk haproxy perf; do
     command -v "$tool" >/dev/null || { echo "missing $tool: apt-get install -y wrk haproxy linux-perf" >&2; exit 1; }
 done
-cargo build --release -q -p prequal-proxy --example bench_backend --example zero_config
-
-
-"$TARGET/release/examples/bench_backend" "127.0.0.1:$B1" >/dev/null 2>&1 & PIDS+=($!)
-"$TARGET/release/examples/bench_backend" "127.0.0.1:$B2" >/dev/null 2>&1 & PIDS+=($!)
-wait_port $B1; wait_port $B2
+start_backends
 
 haproxy_config "$HAPROXY" "$B1" "$B2" >"$WORK/haproxy.cfg"
 

@@ -22,11 +22,8 @@ EVENTS=epoll_wait,read,write,recvfrom,sendto,epoll_ctl,futex
 for tool in wrk haproxy perf; do
     command -v "$tool" >/dev/null || { echo "missing $tool: apt-get install -y wrk haproxy linux-perf" >&2; exit 1; }
 done
-cargo build --release -q -p prequal-proxy --example bench_backend --example zero_config
+start_backends
 
-"$TARGET/release/examples/bench_backend" "127.0.0.1:$B1" >/dev/null 2>&1 & PIDS+=($!)
-"$TARGET/release/examples/bench_backend" "127.0.0.1:$B2" >/dev/null 2>&1 & PIDS+=($!)
-wait_port $B1; wait_port $B2
 printf 'function delay() return 10 end\n' >"$WORK/pace.lua"
 haproxy_config "$HAPROXY" "$B1" "$B2" >"$WORK/haproxy.cfg"
 

@@ -138,9 +138,9 @@ impl<B: Body<Data = Bytes> + Unpin> Future for ReadWhole<B> {
 /// A streamed response body that fails if its replica sends nothing for `idle` (the cluster's
 /// `response_idle_timeout`): the client's response then ends in an error instead of waiting on
 /// a replica that stopped mid-body. (The proxy puts it outside the try's tracking, so that the
-/// cut-off try counts as cancelled, not against the replica.) The timer is made only when the body first has to wait,
-/// and moved on only when it fires, so a body whose frames are ready when asked for never
-/// touches tokio's timer.
+/// cut-off try counts as cancelled, not against the replica.) The timer is made only when the
+/// body first has to wait, and moved on only when it fires, so a body whose frames are ready
+/// when asked for never touches tokio's timer.
 #[derive(Debug)]
 pub struct IdleTimeout<B> {
     body: B,
