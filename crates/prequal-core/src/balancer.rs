@@ -76,7 +76,7 @@ use crate::policy::{
 use crate::replica::{ReplicaChange, ReplicaId, Replicas};
 use crate::retry_budget::{BlockConfigError, RetryBudget};
 use crate::slow_start::SlowStartConfig;
-use crate::time::Time;
+use crate::time::{Time, duration_nanos};
 
 mod config;
 
@@ -93,6 +93,9 @@ struct Member {
     /// Its usual successful try, in nanoseconds (0 before the first): a moving average with
     /// weight 1/8 on each new success.
     usual_nanos: u64,
+    /// When it last showed itself alive: a try of it ended successfully, or it answered a
+    /// probe or sent a load report (None before the first).
+    alive_at: Option<Time>,
 }
 
 /// A policy with outlier ejection, slow start, retry exclusion, the retry budget and hedging
@@ -164,6 +167,7 @@ impl Balancer {
                 initial,
                 in_policy: true,
                 usual_nanos: 0,
+                alive_at: None,
             };
             if self.members.insert(id, member) {
                 self.policy
@@ -368,6 +372,7 @@ impl Balancer {
                 0 => latency.max(1),
                 usual => (usual - usual / 8).saturating_add(latency / 8).max(1),
             };
+            member.alive_at = Some(now);
         }
         if let Some(report) = report {
             self.policy.on_load_report(replica, report, now);
@@ -397,9 +402,10 @@ impl Balancer {
     }
 
     /// How to report a try to `replica` abandoned `age` after it was sent without an answer
-    /// (it lost to its hedge, or its client left): [`Hedger::loser_outcome`] (a timeout once it
-    /// outlived the hedge delay, else cancelled), but cancelled while `age` is under twice the
-    /// replica's own usual successful try. The hedge delay is the whole cluster's p95; in a
+    /// (it lost to another try of its request; for a try whose client left, see
+    /// [`Balancer::abandoned_outcome`]): [`Hedger::loser_outcome`] (a timeout once it outlived
+    /// the hedge delay, else cancelled), but cancelled while `age` is under twice the replica's
+    /// own usual successful try. The hedge delay is the whole cluster's p95; in a
     /// cluster of unequal replicas a slower one's normal answers outlast it, and counting
     /// those as timeouts would make error aversion and ejection drive healthy capacity out.
     /// A replica that stalls (its usual time learned before the stall) still outlives twice
@@ -415,11 +421,37 @@ impl Balancer {
         }
     }
 
+    /// How to report a try to `replica` whose client went away `age` after it was sent,
+    /// before the replica answered (no other try of the request had won): cancelled when the
+    /// replica has shown itself alive since this one was sent (another try of it ended
+    /// successfully, or it answered a probe or sent a load report), so that this request was
+    /// merely slower than its client's patience (a slow endpoint, a client with a short
+    /// timeout); otherwise as [`Balancer::loser_outcome`]. A host that is stopped or cut off
+    /// shows nothing, and its abandoned tries still count as timeouts once they outlived the
+    /// hedge delay and twice its usual time, so that with hedging off and clients that give up
+    /// before `try_timeout` it is still found out. (A service that hangs behind a live sidecar
+    /// answers probes: its probed RIF grows, which turns a probing policy away, and its tries
+    /// count once they lose to a hedge or reach `try_timeout`.)
+    pub fn abandoned_outcome(&self, replica: ReplicaId, age: Duration, now: Time) -> Outcome {
+        let sent = Time::from_nanos(now.as_nanos().saturating_sub(duration_nanos(age)));
+        let alive = self
+            .members
+            .get(replica)
+            .and_then(|m| m.alive_at)
+            .is_some_and(|at| at > sent);
+        if alive {
+            Outcome::Cancelled
+        } else {
+            self.loser_outcome(replica, age)
+        }
+    }
+
     /// A replica reported its load without being probed, apart from any query. A report
     /// piggybacked on a query's response belongs with that query's end instead
     /// ([`Balancer::on_complete`]'s `report`): it leaves the query out, and the policy takes the
     /// query's one off when it hears of the end, so the end must come first.
     pub fn on_load_report(&mut self, replica: ReplicaId, report: &LoadReport, now: Time) {
+        self.seen_alive(replica, now);
         self.policy.on_load_report(replica, report, now);
     }
 
@@ -441,7 +473,15 @@ impl Balancer {
         now: Time,
         rng: &mut dyn RngCore,
     ) {
+        self.seen_alive(probe.replica, now);
         self.policy.on_probe_reply(probe, report, now, rng);
+    }
+
+    /// `replica` showed itself alive at `now`.
+    fn seen_alive(&mut self, replica: ReplicaId, now: Time) {
+        if let Some(member) = self.members.get_mut(replica) {
+            member.alive_at = Some(now);
+        }
     }
 
     /// A probe failed: no reply before its timeout, a transport error, or a malformed reply.
@@ -458,7 +498,7 @@ impl Balancer {
         rng: &mut dyn RngCore,
     ) {
         match end {
-            ProbeEnd::Reply(report) => self.policy.on_probe_reply(probe, report, now, rng),
+            ProbeEnd::Reply(report) => self.on_probe_reply(probe, report, now, rng),
             ProbeEnd::Failed => self.policy.on_probe_failure(probe, now),
             ProbeEnd::NotSent => self.policy.on_probe_not_sent(probe, now),
         }

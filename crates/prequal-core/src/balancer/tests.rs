@@ -285,6 +285,81 @@ fn a_loser_counts_against_its_replica_only_past_twice_its_usual_time() {
     assert_eq!(fresh.loser_outcome(fast, ms(60)), Outcome::Timeout);
 }
 
+#[test]
+fn a_try_whose_client_left_counts_only_against_a_replica_that_showed_no_life_since() {
+    let config = BalancerConfig {
+        hedge: HedgeConfig {
+            delay: Some(Duration::from_millis(50)),
+            ..HedgeConfig::default()
+        },
+        ..BalancerConfig::default()
+    };
+    let mut b = balancer("round-robin", &config, 2);
+    let (alive, hung) = (ReplicaId(0), ReplicaId(1));
+    let ms = Duration::from_millis;
+    let at = |v: u64| Time::ZERO + ms(v);
+    let success = Completion {
+        query: QueryId(1),
+        latency: ms(20),
+        outcome: Outcome::Success,
+    };
+    // Both usually answer in 20 ms; the last success of each ends at 1 s.
+    b.on_complete(alive, &success, None, at(1000));
+    b.on_complete(hung, &success, None, at(1000));
+    // Then, at 1.5 s, another try on the first replica succeeds; the second ends nothing more.
+    b.on_complete(alive, &success, None, at(1500));
+    // A try sent at 1.2 s whose client left at 2 s: the first replica ended a try since, so it
+    // is alive and the request merely slow (cancelled); the second ended none (a timeout, as a
+    // loser of that age would be).
+    assert_eq!(
+        b.abandoned_outcome(alive, ms(800), at(2000)),
+        Outcome::Cancelled
+    );
+    assert_eq!(
+        b.abandoned_outcome(hung, ms(800), at(2000)),
+        Outcome::Timeout
+    );
+    assert_eq!(b.loser_outcome(alive, ms(800)), Outcome::Timeout);
+    // Sent at 1.6 s, after the first replica's latest success: nothing shows it alive since.
+    assert_eq!(
+        b.abandoned_outcome(alive, ms(400), at(2000)),
+        Outcome::Timeout
+    );
+    // Young tries stay cancelled, as losers do.
+    assert_eq!(
+        b.abandoned_outcome(hung, ms(30), at(2000)),
+        Outcome::Cancelled
+    );
+    // A probe answered, or a load report sent, shows a replica alive as well.
+    let probe = ProbeRequest {
+        id: crate::ProbeId(1),
+        replica: hung,
+        query: None,
+        hint: None,
+    };
+    b.on_probe_reply(&probe, &LoadReport::default(), at(2100), &mut rng(1));
+    assert_eq!(
+        b.abandoned_outcome(hung, ms(800), at(2200)),
+        Outcome::Cancelled
+    );
+    b.on_load_report(alive, &LoadReport::default(), at(2300));
+    assert_eq!(
+        b.abandoned_outcome(alive, ms(200), at(2400)),
+        Outcome::Cancelled
+    );
+    // Sent after that report: nothing since.
+    assert_eq!(
+        b.abandoned_outcome(alive, ms(80), at(2400)),
+        Outcome::Timeout
+    );
+    // A replica with no success yet is judged as a loser.
+    let fresh = balancer("round-robin", &config, 1);
+    assert_eq!(
+        fresh.abandoned_outcome(alive, ms(60), at(60)),
+        Outcome::Timeout
+    );
+}
+
 /// A load report piggybacked on a query's response goes with that query's end: the policy
 /// hears the end first, so Prequal's refreshed reply carries the report's RIF exactly (the
 /// report leaves the finished query out already).
