@@ -216,7 +216,8 @@ pub async fn forward(
             if hedge {
                 cluster.metrics.hedges_won.inc();
             }
-            // Dropping the tries still in flight cancels them.
+            // Dropping the tries still in flight cancels them, as losers.
+            crate::try_guard::drop_losers(running);
             let served = Served {
                 replica: Some(replica),
                 tries: attempts,

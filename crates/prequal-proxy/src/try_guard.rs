@@ -8,13 +8,14 @@
 //! reports the try to its cluster ([`Cluster::complete`]). A try counts as a success only once
 //! its body has ended: one whose client left first is [`Outcome::Cancelled`].
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use prequal_core::{LoadReport, Outcome, QueryId, ReplicaId};
 use prequal_http::OnEnd;
 use tokio::time::Instant;
 
-use crate::cluster::{Chosen, Cluster};
+use crate::cluster::{Chosen, Cluster, Ending};
 
 /// One try that the policy counts as in flight until this guard is dropped.
 #[derive(Debug)]
@@ -75,13 +76,76 @@ impl OnEnd for TryGuard {
 impl Drop for TryGuard {
     fn drop(&mut self) {
         let latency = self.start.elapsed();
+        let ending = Ending {
+            outcome: self.outcome,
+            client_fault: self.client_fault,
+            lost: DROPPING_LOSERS.get(),
+        };
         self.cluster.complete(
             self.replica,
             self.query,
             (latency, self.answered, self.head),
-            (self.outcome, self.client_fault),
+            ending,
             self.report.take(),
             self.worker,
         );
+    }
+}
+
+thread_local! {
+    /// Set while [`drop_losers`] drops the tries that lost to another try of their request.
+    static DROPPING_LOSERS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Drops `losers`, the tries still out when another try of their request won, so that each
+/// guard among them reports a loser ([`Ending::lost`]) rather than a try whose client left:
+/// the guards sit inside the tries' futures, out of the request's reach, and are dropped here,
+/// on this thread, while the flag is up.
+pub fn drop_losers<T>(losers: T) {
+    /// Lowers the flag even if a drop panics.
+    struct Lower;
+    impl Drop for Lower {
+        fn drop(&mut self) {
+            DROPPING_LOSERS.set(false);
+        }
+    }
+    DROPPING_LOSERS.set(true);
+    let _lower = Lower;
+    drop(losers);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records, when dropped, whether it was dropped as a loser.
+    struct Witness<'a>(&'a Cell<Option<bool>>);
+
+    impl Drop for Witness<'_> {
+        fn drop(&mut self) {
+            self.0.set(Some(DROPPING_LOSERS.get()));
+        }
+    }
+
+    #[test]
+    fn only_what_drop_losers_drops_is_a_loser() {
+        let seen = Cell::new(None);
+        drop_losers(vec![Witness(&seen)]);
+        assert_eq!(seen.get(), Some(true));
+        drop(Witness(&seen));
+        assert_eq!(seen.get(), Some(false), "the flag is down again");
+    }
+
+    #[test]
+    fn the_flag_comes_down_when_a_drop_panics() {
+        struct Panics;
+        impl Drop for Panics {
+            fn drop(&mut self) {
+                panic!("a drop that panics");
+            }
+        }
+        let caught = std::panic::catch_unwind(|| drop_losers(Panics));
+        assert!(caught.is_err());
+        assert!(!DROPPING_LOSERS.get());
     }
 }

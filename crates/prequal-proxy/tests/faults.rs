@@ -140,6 +140,53 @@ over_h1_and_h2!(
     quick_abandon_is_not_a_failure
 );
 
+async fn slow_request_given_up_on_a_live_replica(proto: Proto) {
+    let backends = futures_join(2).await;
+    let refs: Vec<&Backend> = backends.iter().collect();
+    // One failure ejects: any abandoned try held against a replica shows at once.
+    let extra =
+        format!("outlier = {{ consecutive_failures = 1, base_ejection = \"60s\" }}\n{NO_HEDGING}");
+    let proxy = start_proxy(&config_text(&refs, proto, "\"round-robin\"", &extra)).await;
+    let client = client(proto);
+    assert_eq!(load(&client, proxy.addr, 40, 2).await, 40);
+    // A slow endpoint (2 s) whose clients give up after 300 ms, far past the hedge delay and
+    // twice the replicas' usual time, while both replicas keep answering other requests.
+    for _ in 0..3 {
+        let slow = get_within(
+            &client,
+            proxy.addr,
+            "/slow/2000",
+            Duration::from_millis(300),
+        );
+        let others = async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            load(&client, proxy.addr, 6, 1).await
+        };
+        let (slow, others) = tokio::join!(slow, others);
+        assert_eq!(slow, None, "the client gave up");
+        assert_eq!(others, 6, "the other requests are answered meanwhile");
+        // Lets the proxy see the client leave.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let metrics = get(&client_again(Proto::H1), proxy.admin, "/metrics")
+        .await
+        .1;
+    assert_eq!(
+        metric_sum(&metrics, &["upstream_tries_total", "outcome=\"cancelled\""]),
+        3.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        metric(&metrics, "prequal_proxy_ejected_replicas{cluster=\"test\"}"),
+        0.0,
+        "a live replica is not ejected for requests its clients gave up on\n{metrics}"
+    );
+}
+over_h1_and_h2!(
+    a_client_giving_up_on_a_slow_request_does_not_count_against_a_live_replica,
+    slow_request_given_up_on_a_live_replica
+);
+
 async fn hung_host_keeps_probes_flowing(proto: Proto) {
     let backends = futures_join(4).await;
     // A host down: the replica and its probe endpoint accept and never answer.

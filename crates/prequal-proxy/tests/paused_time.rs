@@ -10,6 +10,7 @@ use std::time::Duration;
 use prequal_core::Outcome;
 use prequal_proxy::ProxyConfig;
 use prequal_proxy::clock::Clock;
+use prequal_proxy::cluster::Ending;
 use prequal_proxy::cluster::{Attempt, Cluster, Strict};
 use prequal_proxy::metrics::Metrics;
 use tokio::time::Instant;
@@ -81,7 +82,11 @@ async fn an_ejection_ends_at_the_cluster_timer_in_paused_time() {
             chosen.replica,
             chosen.query,
             (took, Some(took), Some(took)),
-            (outcome, false),
+            Ending {
+                outcome,
+                client_fault: false,
+                lost: false,
+            },
             None,
             0,
         );

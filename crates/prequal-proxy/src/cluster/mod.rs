@@ -57,6 +57,19 @@ const WARM_CONNECTS: usize = 8;
 /// The shortest sleep of the timer task, so a policy that keeps asking for "now" cannot spin it.
 const MIN_TIMER_STEP: Duration = Duration::from_micros(50);
 
+/// How a try ended, as its guard reports it to [`Cluster::complete`].
+#[derive(Clone, Copy, Debug)]
+pub struct Ending {
+    /// How it ended, as far as its guard knew: [`Outcome::Cancelled`] when it was dropped
+    /// before its response ended.
+    pub outcome: Outcome,
+    /// It failed through the client's fault (its request body broke).
+    pub client_fault: bool,
+    /// Dropped because another try of its request won (`crate::try_guard::drop_losers`); a try
+    /// dropped unanswered without it was dropped because its client went away.
+    pub lost: bool,
+}
+
 /// One upstream cluster. See the module docs.
 #[derive(Debug)]
 pub struct Cluster {
@@ -352,13 +365,17 @@ impl Cluster {
     /// A try finished after `latency` (`answered`: the time to its response head, or to the
     /// end of a response read whole, if it came; `head`: the time to its head): feeds the
     /// policy (error aversion sees 5xx and timeouts as failures) and outlier ejection, which
-    /// may take the replica out of the policy. A try cancelled before it answered (the client
-    /// left, or another try answered first) counts as a timeout once
-    /// it has outlived the hedge delay and twice the replica's usual successful try (see
-    /// prequal-core's `Balancer::loser_outcome`), the delay being the learned p95 of the time to a successful response
-    /// head (as in the simulator, see prequal-core's `Hedger::loser_outcome`; learned whether
-    /// or not hedging is on); one abandoned sooner, or while its body streamed, counts for
-    /// nothing but the policy's in-flight count, and so does one that failed through the
+    /// may take the replica out of the policy. A try cancelled before it answered because
+    /// another try of its request answered first (`ending.lost`) counts as a timeout once it
+    /// has outlived the hedge delay and twice the replica's usual successful try (see
+    /// prequal-core's `Balancer::loser_outcome`), the delay being the learned p95 of the time
+    /// to a successful response head (as in the simulator, see prequal-core's
+    /// `Hedger::loser_outcome`; learned whether or not hedging is on). One whose client left
+    /// counts the same way only if the replica showed no sign of life since it was sent (no
+    /// other try ended successfully, no probe answered, no load report; see
+    /// `Balancer::abandoned_outcome`): a live replica is not blamed for a slow request its
+    /// client gave up on. One abandoned sooner, or while its body streamed, counts
+    /// for nothing but the policy's in-flight count, and so does one that failed through the
     /// client's fault (`client_fault`: its request body broke), however long it ran. The probes
     /// the policy then asks for go from data-plane `worker`.
     pub fn complete(
@@ -366,20 +383,23 @@ impl Cluster {
         replica: ReplicaId,
         query: QueryId,
         (latency, answered, head): (Duration, Option<Duration>, Option<Duration>),
-        (outcome, client_fault): (Outcome, bool),
+        ending: Ending,
         report: Option<LoadReport>,
         worker: usize,
     ) {
         let now = self.now();
         let mut guard = self.lock();
         let core = &mut *guard;
+        let outcome = ending.outcome;
         core.count_try(replica, outcome);
         let outcome = match (outcome, answered) {
             // Abandoned before the replica answered: a timeout once it outlived the delay (and
-            // twice the replica's usual time).
-            (Outcome::Cancelled, None) if !client_fault => {
-                core.balancer.loser_outcome(replica, latency)
-            }
+            // twice the replica's usual time), and, when its client left, if the replica showed
+            // no sign of life since.
+            (Outcome::Cancelled, None) if !ending.client_fault => match ending.lost {
+                true => core.balancer.loser_outcome(replica, latency),
+                false => core.balancer.abandoned_outcome(replica, latency, now),
+            },
             // The hedger learns the time to the response head, what a hedge races (a body
             // that is late after its head re-times the hedge, see `body_allowance`).
             (Outcome::Success, Some(answered)) => {

@@ -245,6 +245,11 @@ impl BackendState {
             return Ok(response);
         }
         self.hits.fetch_add(1, Ordering::SeqCst);
+        // `/slow/N`: a slow endpoint, answered after N ms whatever the configured delay.
+        let delay = match req.uri().path().strip_prefix("/slow/") {
+            Some(ms) => Duration::from_millis(ms.parse().unwrap_or(0)),
+            None => delay,
+        };
         let piggyback = req.uri().path() == "/piggyback";
         let others = self.in_flight.fetch_add(1, Ordering::SeqCst);
         let _ = req.into_body().collect().await;
@@ -401,6 +406,25 @@ pub async fn send_within(
         .method(method)
         .uri(format!("http://{addr}/work"))
         .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let fut = async {
+        let resp = client.request(req).await.ok()?;
+        let status = resp.status().as_u16();
+        resp.into_body().collect().await.ok()?;
+        Some(status)
+    };
+    tokio::time::timeout(patience, fut).await.ok().flatten()
+}
+
+/// GETs `path`, giving up after `patience`; returns the status if the response ended by then.
+pub async fn get_within(
+    client: &TestClient,
+    addr: SocketAddr,
+    path: &str,
+    patience: Duration,
+) -> Option<u16> {
+    let req = Request::get(format!("http://{addr}{path}"))
+        .body(Full::new(Bytes::new()))
         .unwrap();
     let fut = async {
         let resp = client.request(req).await.ok()?;
