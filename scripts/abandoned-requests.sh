@@ -14,6 +14,8 @@
 # binary to run instead of building this checkout's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/live-lib.sh
+source scripts/live-lib.sh
 command -v python3 >/dev/null || { echo "scripts/abandoned-requests.sh needs python3" >&2; exit 1; }
 RUNS=${RUNS:-1}
 if [ -z "${BIN:-}" ]; then
@@ -45,15 +47,6 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     request_queue_size = 512
 Server(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
 PY
-
-wait_port() {
-    for _ in $(seq 100); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-        sleep 0.1
-    done
-    echo "port $1 never opened" >&2
-    exit 1
-}
 
 one_run() {
     local started=()

@@ -15,6 +15,8 @@
 # Needs python3. Usage: scripts/stopped-host.sh   (env: RUNS=2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/live-lib.sh
+source scripts/live-lib.sh
 command -v python3 >/dev/null || { echo "scripts/stopped-host.sh needs python3" >&2; exit 1; }
 RUNS=${RUNS:-2}
 cargo build --release -q -p prequal
@@ -57,15 +59,6 @@ start_replica() {
     "$BIN" sidecar --listen "127.0.0.1:1920$i" --upstream "127.0.0.1:1910$i" >/dev/null 2>&1 &
     PIDS+=("$service" $!)
     echo "$service $!" >"$WORK/replica$i"
-}
-
-wait_port() {
-    for _ in $(seq 100); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-        sleep 0.1
-    done
-    echo "port $1 never opened" >&2
-    exit 1
 }
 
 one_run() {

@@ -250,15 +250,20 @@ fn bad_config_names_its_key() {
     assert!(parsed.outlier_ejection);
 }
 
-#[test]
-fn a_loser_counts_against_its_replica_only_past_twice_its_usual_time() {
-    let config = BalancerConfig {
+/// The defaults with a fixed hedge delay of 50 ms.
+fn hedge_delay_50ms() -> BalancerConfig {
+    BalancerConfig {
         hedge: HedgeConfig {
             delay: Some(Duration::from_millis(50)),
             ..HedgeConfig::default()
         },
         ..BalancerConfig::default()
-    };
+    }
+}
+
+#[test]
+fn a_loser_counts_against_its_replica_only_past_twice_its_usual_time() {
+    let config = hedge_delay_50ms();
     let mut b = balancer("round-robin", &config, 2);
     let (fast, slow) = (ReplicaId(0), ReplicaId(1));
     // The fast replica usually answers in 20 ms, the slow one (healthy, a slower machine) in
@@ -287,13 +292,7 @@ fn a_loser_counts_against_its_replica_only_past_twice_its_usual_time() {
 
 #[test]
 fn a_try_whose_client_left_counts_only_against_a_replica_that_showed_no_life_since() {
-    let config = BalancerConfig {
-        hedge: HedgeConfig {
-            delay: Some(Duration::from_millis(50)),
-            ..HedgeConfig::default()
-        },
-        ..BalancerConfig::default()
-    };
+    let config = hedge_delay_50ms();
     let mut b = balancer("round-robin", &config, 2);
     let (alive, hung) = (ReplicaId(0), ReplicaId(1));
     let ms = Duration::from_millis;

@@ -407,13 +407,7 @@ pub async fn send_within(
         .uri(format!("http://{addr}/work"))
         .body(Full::new(Bytes::from(body)))
         .unwrap();
-    let fut = async {
-        let resp = client.request(req).await.ok()?;
-        let status = resp.status().as_u16();
-        resp.into_body().collect().await.ok()?;
-        Some(status)
-    };
-    tokio::time::timeout(patience, fut).await.ok().flatten()
+    status_within(client, req, patience).await
 }
 
 /// GETs `path`, giving up after `patience`; returns the status if the response ended by then.
@@ -426,6 +420,15 @@ pub async fn get_within(
     let req = Request::get(format!("http://{addr}{path}"))
         .body(Full::new(Bytes::new()))
         .unwrap();
+    status_within(client, req, patience).await
+}
+
+/// Sends `req`, giving up after `patience`; its status if the response ended by then.
+async fn status_within(
+    client: &TestClient,
+    req: Request<Full<Bytes>>,
+    patience: Duration,
+) -> Option<u16> {
     let fut = async {
         let resp = client.request(req).await.ok()?;
         let status = resp.status().as_u16();
