@@ -375,6 +375,8 @@ impl Balancer {
             member.alive_at = Some(now);
         }
         if let Some(report) = report {
+            // Whatever the outcome, a replica that sent a report is alive.
+            self.seen_alive(replica, now);
             self.policy.on_load_report(replica, report, now);
         }
         if completion.outcome == Outcome::Cancelled {

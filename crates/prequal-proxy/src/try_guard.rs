@@ -102,15 +102,14 @@ thread_local! {
 /// the guards sit inside the tries' futures, out of the request's reach, and are dropped here,
 /// on this thread, while the flag is up.
 pub fn drop_losers<T>(losers: T) {
-    /// Lowers the flag even if a drop panics.
-    struct Lower;
-    impl Drop for Lower {
+    /// Puts the flag back as it was, even if a drop panics.
+    struct Restore(bool);
+    impl Drop for Restore {
         fn drop(&mut self) {
-            DROPPING_LOSERS.set(false);
+            DROPPING_LOSERS.set(self.0);
         }
     }
-    DROPPING_LOSERS.set(true);
-    let _lower = Lower;
+    let _restore = Restore(DROPPING_LOSERS.replace(true));
     drop(losers);
 }
 

@@ -148,10 +148,15 @@ async fn slow_request_given_up_on_a_live_replica(proto: Proto) {
         format!("outlier = {{ consecutive_failures = 1, base_ejection = \"60s\" }}\n{NO_HEDGING}");
     let proxy = start_proxy(&config_text(&refs, proto, "\"round-robin\"", &extra)).await;
     let client = client(proto);
-    assert_eq!(load(&client, proxy.addr, 40, 2).await, 40);
-    // A slow endpoint (2 s) whose clients give up after 300 ms, far past the hedge delay and
-    // twice the replicas' usual time, while both replicas keep answering other requests.
-    for _ in 0..3 {
+    // Past the 50 successes after which the hedge delay is known (learned with hedging off
+    // too): from then on the abandoned tries below are far past it and past twice the
+    // replicas' usual time.
+    assert_eq!(load(&client, proxy.addr, 60, 2).await, 60);
+    let hits = || backends.iter().map(Backend::hits).sum::<u64>();
+    // A slow endpoint (2 s) whose clients give up after 300 ms, while both replicas keep
+    // answering other requests.
+    for round in 1..=3 {
+        let before = hits();
         let slow = get_within(
             &client,
             proxy.addr,
@@ -159,23 +164,33 @@ async fn slow_request_given_up_on_a_live_replica(proto: Proto) {
             Duration::from_millis(300),
         );
         let others = async {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            load(&client, proxy.addr, 6, 1).await
+            // Once the slow request has reached its replica, requests to both replicas end
+            // successfully after it was sent.
+            while hits() == before {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            load(&client, proxy.addr, 6, 2).await
         };
         let (slow, others) = tokio::join!(slow, others);
         assert_eq!(slow, None, "the client gave up");
         assert_eq!(others, 6, "the other requests are answered meanwhile");
-        // Lets the proxy see the client leave.
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The proxy sees the client leave.
+        let admin = client_again(Proto::H1);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let metrics = get(&admin, proxy.admin, "/metrics").await.1;
+            let cancelled =
+                metric_sum(&metrics, &["upstream_tries_total", "outcome=\"cancelled\""]);
+            if cancelled >= f64::from(round) {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{metrics}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
     let metrics = get(&client_again(Proto::H1), proxy.admin, "/metrics")
         .await
         .1;
-    assert_eq!(
-        metric_sum(&metrics, &["upstream_tries_total", "outcome=\"cancelled\""]),
-        3.0,
-        "{metrics}"
-    );
     assert_eq!(
         metric(&metrics, "prequal_proxy_ejected_replicas{cluster=\"test\"}"),
         0.0,

@@ -206,3 +206,80 @@ over_h1_and_h2!(
     a_hedge_with_nowhere_to_go_is_not_charged,
     no_hedge_charged_with_nowhere_to_go
 );
+
+async fn loser_on_a_live_replica_counts(proto: Proto) {
+    let backends = futures_join(2).await;
+    let refs: Vec<&Backend> = backends.iter().collect();
+    // One failure ejects; a fixed hedge delay of 200 ms.
+    let extra = "outlier = { consecutive_failures = 1, base_ejection = \"60s\" }\n\
+                 hedge = { delay = \"200ms\", ratio = 1.0 }";
+    let proxy = start_proxy(&config_text(&refs, proto, "\"round-robin\"", extra)).await;
+    let client = client(proto);
+    assert_eq!(load(&client, proxy.addr, 60, 2).await, 60);
+    // Replica 0 turns slow (300 ms). Two POSTs (never hedged) go one to each replica: the one
+    // on replica 0 ends successfully at about 300 ms, which shows it alive.
+    backends[0].set_delay_ms(300);
+    let posts = async {
+        tokio::join!(
+            send_within(
+                &client,
+                proxy.addr,
+                "POST",
+                Vec::new(),
+                Duration::from_secs(3)
+            ),
+            send_within(
+                &client,
+                proxy.addr,
+                "POST",
+                Vec::new(),
+                Duration::from_secs(3)
+            ),
+        )
+    };
+    // At 150 ms two GETs go one to each replica. The one on replica 0 is hedged at 350 ms to
+    // replica 1, which answers at once: the try left on replica 0 lost, after that replica's
+    // POST ended. A loser counts against its replica however alive it showed itself (only a
+    // try whose client left is judged by that), so replica 0 is ejected.
+    let gets = async {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        tokio::join!(
+            send_within(
+                &client,
+                proxy.addr,
+                "GET",
+                Vec::new(),
+                Duration::from_secs(3)
+            ),
+            send_within(
+                &client,
+                proxy.addr,
+                "GET",
+                Vec::new(),
+                Duration::from_secs(3)
+            ),
+        )
+    };
+    let ((p1, p2), (g1, g2)) = tokio::join!(posts, gets);
+    assert_eq!([p1, p2, g1, g2], [Some(200); 4]);
+    let text = metrics(&proxy).await;
+    assert_eq!(counter(&text, "hedges_won_total"), 1.0, "{text}");
+    assert_eq!(counter(&text, "ejected_replicas"), 1.0, "{text}");
+    let slow = backends[0].addr.to_string();
+    let view = get(&client_again(Proto::H1), proxy.admin, "/clusters/test")
+        .await
+        .1;
+    let json: serde_json::Value = serde_json::from_str(&view).unwrap();
+    let ejected: Vec<&str> = json["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["ejected"] == true)
+        .map(|r| r["address"].as_str().unwrap())
+        .collect();
+    assert_eq!(ejected, [slow.as_str()], "{view}");
+}
+over_h1_and_h2!(
+    a_hedge_loser_counts_against_its_replica_even_when_it_showed_life,
+    loser_on_a_live_replica_counts
+);

@@ -336,7 +336,8 @@ fn a_try_whose_client_left_counts_only_against_a_replica_that_showed_no_life_sin
         query: None,
         hint: None,
     };
-    b.on_probe_reply(&probe, &LoadReport::default(), at(2100), &mut rng(1));
+    let report = LoadReport::default();
+    b.on_probe_end(&probe, ProbeEnd::Reply(&report), at(2100), &mut rng(1));
     assert_eq!(
         b.abandoned_outcome(hung, ms(800), at(2200)),
         Outcome::Cancelled
@@ -346,7 +347,11 @@ fn a_try_whose_client_left_counts_only_against_a_replica_that_showed_no_life_sin
         b.abandoned_outcome(alive, ms(200), at(2400)),
         Outcome::Cancelled
     );
-    // Sent after that report: nothing since.
+    // Sent at the very time of that report, or after it: nothing since.
+    assert_eq!(
+        b.abandoned_outcome(alive, ms(100), at(2400)),
+        Outcome::Timeout
+    );
     assert_eq!(
         b.abandoned_outcome(alive, ms(80), at(2400)),
         Outcome::Timeout
