@@ -38,6 +38,11 @@
 //! queue, which a probe's latency median, taken at whatever RIF the replica had, tells poorly.
 //! With `band_ranks_by_delay = false` the band ranks by RIF alone (ties to the lower latency),
 //! as before this rule.
+//!
+//! With `hot_by_work` (off by default), every RIF the rule reads, in the history and in each
+//! reply, is first weighed by the replica's speed (`Hcl::hot_rif`): the work queued there in
+//! units of a typical query, so that on replicas of mixed speeds a fast replica's naturally
+//! higher RIF does not make it hot more often than a slow replica holding more work.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -421,6 +426,9 @@ pub struct Hcl {
     /// to; 1 ranks by this query's own expected delay, 2 also by what it adds to the queries
     /// after it.
     delay_power: f64,
+    /// Whether the hot test reads a reply's RIF weighed by its replica's observed speed
+    /// (`Hcl::hot_rif`).
+    hot_by_work: bool,
     /// Replicas known (for the pool's coverage of the cluster).
     replicas: usize,
     history: RifHistory,
@@ -445,6 +453,7 @@ impl Hcl {
             band_ranks_by_delay: false,
             delay_per_rif: 1.0,
             delay_power: 1.0,
+            hot_by_work: false,
             replicas: 0,
             history: RifHistory::default(),
             observed: Replicas::new(),
@@ -485,6 +494,35 @@ impl Hcl {
         }
     }
 
+    /// The same rule, where the hot test reads each reply's RIF as the work queued at its
+    /// replica (`Hcl::hot_rif`) rather than the count of queries.
+    pub fn with_hot_by_work(self, hot_by_work: bool) -> Self {
+        Self {
+            hot_by_work,
+            ..self
+        }
+    }
+
+    /// The RIF the hot test reads for a reply from `replica` reporting `rif`: the RIF itself,
+    /// or, with `hot_by_work`, the RIF × this client's observed latency from the replica / the
+    /// known replicas' mean, rounded: the work queued there in units of a typical query. A
+    /// replica three times as fast as the mean with three queries in flight has about one
+    /// typical query's work queued. Replicas serve their queries at different speeds, and a
+    /// fast replica's RIF is naturally higher, so by the raw count it is hot more often than
+    /// a slow one holding more work. A replica not known yet ([`MIN_OBSERVED`]), or any when
+    /// none is, counts at the mean: its RIF as reported.
+    fn hot_rif(&self, replica: ReplicaId, rif: u32) -> u32 {
+        if !self.hot_by_work || self.known == 0 {
+            return rif;
+        }
+        let Some(observed) = self.observed.get(replica).and_then(Observed::known_ns) else {
+            return rif;
+        };
+        let typical = self.known_sum_ns / f64::from(self.known);
+        // A float-to-integer cast saturates: no overflow whatever the ratio.
+        (f64::from(rif) * observed / typical).round() as u32
+    }
+
     /// Takes a replica's known latency out of the sum of the known ones.
     fn forget_known(&mut self, latency_ns: f64) {
         self.known -= 1;
@@ -498,8 +536,14 @@ impl Hcl {
     /// The expected delay a reply ranks by if it falls in the band (None when it does not, or
     /// when the band ranks by RIF): the replica's observed latency, or the known replicas'
     /// mean where it is not known yet ([`MIN_OBSERVED`]), × (1 + RIF / `delay_concurrency`).
-    fn band_delay_ns(&self, cx: &HclContext, entry: &Entry, latency_ns: u64) -> Option<u64> {
-        if !self.band_ranks_by_delay || !cx.in_band(entry.rif, latency_ns) {
+    fn band_delay_ns(
+        &self,
+        cx: &HclContext,
+        entry: &Entry,
+        hot_rif: u32,
+        latency_ns: u64,
+    ) -> Option<u64> {
+        if !self.band_ranks_by_delay || !cx.in_band(hot_rif, latency_ns) {
             return None;
         }
         // A replica not known yet counts as fast as the known ones on average; with none known
@@ -552,8 +596,8 @@ impl Rule for Hcl {
     const READS_LOAD: bool = false;
     const READS_RATES: bool = false;
 
-    fn on_reply(&mut self, _replica: ReplicaId, report: &LoadReport, _now: Time) {
-        self.history.push(report.rif);
+    fn on_reply(&mut self, replica: ReplicaId, report: &LoadReport, _now: Time) {
+        self.history.push(self.hot_rif(replica, report.rif));
     }
 
     fn context(&self) -> HclContext {
@@ -576,7 +620,8 @@ impl Rule for Hcl {
     }
 
     fn on_complete(&mut self, replica: ReplicaId, completion: &Completion) {
-        if !self.band_ranks_by_delay || completion.outcome != Outcome::Success {
+        let reads_observed = self.band_ranks_by_delay || self.hot_by_work;
+        if !reads_observed || completion.outcome != Outcome::Success {
             // A failure's time says nothing of how fast the replica serves.
             return;
         }
@@ -607,7 +652,7 @@ impl Rule for Hcl {
         let (mut fastest_cold, mut fastest_hot) = (None, None);
         if band > 0.0 || self.max_cold_slowdown > 0.0 {
             for entry in pool.iter() {
-                let fastest = if threshold.is_hot(entry.rif) {
+                let fastest = if threshold.is_hot(self.hot_rif(entry.replica, entry.rif)) {
                     &mut fastest_hot
                 } else {
                     &mut fastest_cold
@@ -636,10 +681,11 @@ impl Rule for Hcl {
 
     fn rank(&self, cx: &HclContext, entry: &Entry, _load: &ReplicaLoad) -> Rank {
         let latency_ns = self.latency_ns(entry);
-        let delay = self.band_delay_ns(cx, entry, latency_ns);
+        let rif = self.hot_rif(entry.replica, entry.rif);
+        let delay = self.band_delay_ns(cx, entry, rif, latency_ns);
         hcl_rank_in(
             cx,
-            entry.rif,
+            rif,
             Duration::from_nanos(latency_ns),
             delay.map(Duration::from_nanos),
         )
@@ -649,8 +695,9 @@ impl Rule for Hcl {
 
     fn key(&self, cx: &HclContext, entry: &Entry, _load: &ReplicaLoad) -> u128 {
         let latency_ns = self.latency_ns(entry);
-        let delay = self.band_delay_ns(cx, entry, latency_ns);
-        hcl_key(cx, entry.rif, latency_ns, delay)
+        let rif = self.hot_rif(entry.replica, entry.rif);
+        let delay = self.band_delay_ns(cx, entry, rif, latency_ns);
+        hcl_key(cx, rif, latency_ns, delay)
     }
 
     fn values(&self, cx: &HclContext) -> Vec<(&'static str, f64)> {
@@ -668,6 +715,7 @@ impl Rule for Hcl {
             ),
             ("delay_concurrency", 1.0 / self.delay_per_rif),
             ("delay_power", self.delay_power),
+            ("hot_by_work", f64::from(u8::from(self.hot_by_work))),
         ];
         if cx.threshold != Threshold::AllCold {
             values.push(("hot_rif_threshold", cx.threshold.as_f64()));

@@ -42,6 +42,9 @@
 //!   And (`max_cold_slowdown = 0` is the paper's rule): a cold reply whose latency is more than
 //!   `max_cold_slowdown` (default 10) times the fastest hot reply's ranks after every hot one,
 //!   so a replica that is idle because it is very slow does not win for being idle.
+//!   Off by default (`hot_by_work = true` turns it on): the hot test reads each RIF as the
+//!   work queued, RIF × this client's observed latency from the replica / the known replicas'
+//!   mean, so that a fast replica's naturally higher RIF does not make it hot.
 //!   See [`hcl`].
 //! - **Error aversion.** Replies from replicas whose recent error share exceeds
 //!   `error_threshold` rank after all others, so a replica that fails fast cannot sinkhole
@@ -148,6 +151,9 @@ pub struct Config {
     /// The band's queueing factor (1 + RIF / `delay_concurrency`) is raised to this power,
     /// default 1 (the query's own expected delay; 2 ranks by the delay it adds in all).
     pub delay_power: f64,
+    /// The hot test weighs each reply's RIF by its replica's observed speed (RIF × observed
+    /// latency / the known replicas' mean), default false (the paper's raw RIF).
+    pub hot_by_work: bool,
     /// A finished query of this client lowers its replica's reply RIF by one, default true
     /// (the paper's pool: false).
     pub completions_lower_rif: bool,
@@ -197,6 +203,7 @@ impl Default for Config {
             band_ranks_by_delay: params::BAND_RANKS_BY_DELAY,
             delay_concurrency: params::DELAY_CONCURRENCY,
             delay_power: params::DELAY_POWER,
+            hot_by_work: params::HOT_BY_WORK,
             completions_lower_rif: params::COMPLETIONS_LOWER_RIF,
             reports_refresh_pool: params::REPORTS_REFRESH_POOL,
             reports_replace_probes: params::REPORTS_REPLACE_PROBES,
@@ -224,6 +231,7 @@ impl Config {
         .with_band_ranks_by_delay(self.band_ranks_by_delay)
         .with_delay_concurrency(self.delay_concurrency)
         .with_delay_power(self.delay_power)
+        .with_hot_by_work(self.hot_by_work)
     }
 
     /// The engine parameters.
@@ -269,6 +277,7 @@ impl BuildPolicy for Config {
             params::BAND_RANKS_BY_DELAY_DOC,
             params::DELAY_CONCURRENCY_DOC,
             params::DELAY_POWER_DOC,
+            params::HOT_BY_WORK_DOC,
             params::COMPLETIONS_LOWER_RIF_DOC,
             params::REPORTS_REFRESH_POOL_DOC,
             params::REPORTS_REPLACE_PROBES_DOC,

@@ -230,6 +230,42 @@ fn the_expected_delay_works_the_queries_ahead_off_delay_concurrency_at_a_time() 
 }
 
 #[test]
+fn hot_by_work_weighs_each_rif_by_its_replica_speed() {
+    // This client saw replica 0 answer in 30 ms and replica 1 in 5 ms (a mean of 17.5 ms).
+    // Ten times each, replica 0 reports 1 query in flight and replica 1 three, both at 10 ms.
+    // By the raw RIF the history holds ten 1s and ten 3s: its median (q_rif = 0.5) is 1, so
+    // replica 1 is hot and replica 0, the only cold one, is picked. Read as work queued, the
+    // slow replica's one query is round(1 x 30 / 17.5) = 2 typical queries and the fast
+    // replica's three are round(3 x 5 / 17.5) = 1: replica 0 is hot, and replica 1 is picked.
+    let choose = |hot_by_work: bool| {
+        let config = Config {
+            hot_by_work,
+            q_rif: 0.5,
+            remove_rate: 0.0,
+            ..Config::default()
+        };
+        let mut p = policy(&config, 2);
+        let mut rng = rng(3);
+        let seen = Time::from_millis(100);
+        for (replica, ms) in [30, 5].into_iter().enumerate() {
+            for q in 0..u64::from(hcl::MIN_OBSERVED) {
+                let finished = success(100 * replica as u64 + q, ms);
+                p.on_complete(ReplicaId(replica as u32), &finished, seen);
+            }
+        }
+        let at = Time::from_millis(110);
+        for _ in 0..10 {
+            p.on_probe_reply(&probe(0), &report(1, 10), at, &mut rng);
+            p.on_probe_reply(&probe(1), &report(3, 10), at, &mut rng);
+        }
+        pick_id(&mut p, 1, at, &mut rng)
+    };
+    assert_eq!(choose(false), ReplicaId(0));
+    assert_eq!(choose(true), ReplicaId(1));
+    assert!(!Config::default().hot_by_work);
+}
+
+#[test]
 fn with_delay_power_two_a_queue_at_a_fast_replica_weighs_its_square() {
     // This client saw replica 0 answer in 20 ms and replica 1 in 6 ms; replica 1 has four
     // queries in flight. At power 1 its expected delay is 6 x (1 + 4 / 2) = 18 ms against

@@ -38,6 +38,10 @@ pub const DELAY_CONCURRENCY: f64 = 2.0;
 /// expected delay (2 ranks by the delay it adds in all, which lowers the median at high load on
 /// mixed-speed replicas and raises the tails; docs/policies.md).
 pub const DELAY_POWER: f64 = 1.0;
+/// Default for whether HCL's hot test weighs each reply's RIF by its replica's speed (RIF ×
+/// this client's observed latency from it / the known replicas' mean): off, the paper's test
+/// of the raw RIF (docs/policies.md has the simulated evidence for turning it on).
+pub const HOT_BY_WORK: bool = false;
 /// Default for whether a finished query lowers its replica's pooled reply RIF: on, our
 /// addition (off is the paper's pool, where only a use changes a reply; docs/policies.md).
 pub const COMPLETIONS_LOWER_RIF: bool = true;
@@ -152,6 +156,18 @@ pub const DELAY_POWER_DOC: ParamDoc = ParamDoc {
           1 is the new query's own expected delay; 2 is close to the delay it adds in all, its \
           own and that of the queries after it, which spreads load off the fastest replicas \
           sooner: a lower median at high load on replicas of mixed speeds, higher tails; > 0",
+};
+/// `hot_by_work`.
+pub const HOT_BY_WORK_DOC: ParamDoc = ParamDoc {
+    key: "hot_by_work",
+    default: "false",
+    doc: "the hot test (q_rif) reads a reply's RIF as the work queued there: RIF × this \
+          client's recent latency from the replica / the mean of the replicas known (the same \
+          observed latency as band_ranks_by_delay's), rounded, both for the RIF history and \
+          for each reply (hot replies then rank by it too); a fast replica's naturally higher \
+          RIF then counts for less, a slow \
+          one's for more; a replica with fewer than 8 queries seen counts at the mean; false \
+          is the paper's test of the raw RIF",
 };
 /// `completions_lower_rif`.
 pub const COMPLETIONS_LOWER_RIF_DOC: ParamDoc = ParamDoc {
