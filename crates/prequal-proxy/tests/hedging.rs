@@ -219,46 +219,23 @@ async fn loser_on_a_live_replica_counts(proto: Proto) {
     // Replica 0 turns slow (300 ms). Two POSTs (never hedged) go one to each replica: the one
     // on replica 0 ends successfully at about 300 ms, which shows it alive.
     backends[0].set_delay_ms(300);
-    let posts = async {
-        tokio::join!(
-            send_within(
-                &client,
-                proxy.addr,
-                "POST",
-                Vec::new(),
-                Duration::from_secs(3)
-            ),
-            send_within(
-                &client,
-                proxy.addr,
-                "POST",
-                Vec::new(),
-                Duration::from_secs(3)
-            ),
+    let send = |method| {
+        send_within(
+            &client,
+            proxy.addr,
+            method,
+            Vec::new(),
+            Duration::from_secs(3),
         )
     };
+    let posts = async { tokio::join!(send("POST"), send("POST")) };
     // At 150 ms two GETs go one to each replica. The one on replica 0 is hedged at 350 ms to
     // replica 1, which answers at once: the try left on replica 0 lost, after that replica's
     // POST ended. A loser counts against its replica however alive it showed itself (only a
     // try whose client left is judged by that), so replica 0 is ejected.
     let gets = async {
         tokio::time::sleep(Duration::from_millis(150)).await;
-        tokio::join!(
-            send_within(
-                &client,
-                proxy.addr,
-                "GET",
-                Vec::new(),
-                Duration::from_secs(3)
-            ),
-            send_within(
-                &client,
-                proxy.addr,
-                "GET",
-                Vec::new(),
-                Duration::from_secs(3)
-            ),
-        )
+        tokio::join!(send("GET"), send("GET"))
     };
     let ((p1, p2), (g1, g2)) = tokio::join!(posts, gets);
     assert_eq!([p1, p2, g1, g2], [Some(200); 4]);
