@@ -105,6 +105,7 @@ impl Config {
             reports_refresh_pool: false,
             reports_replace_probes: false,
             fallback_by_local_rif: false,
+            own_rif_live: false,
             wait_when_stale: false,
             max_idle: self.max_idle,
             probe_timeout: self.probe_timeout,

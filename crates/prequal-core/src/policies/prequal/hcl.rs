@@ -39,10 +39,11 @@
 //! With `band_ranks_by_delay = false` the band ranks by RIF alone (ties to the lower latency),
 //! as before this rule.
 //!
-//! With `hot_by_work` (off by default), every RIF the rule reads, in the history and in each
-//! reply, is first weighed by the replica's speed (`Hcl::hot_rif`): the work queued there in
-//! units of a typical query, so that on replicas of mixed speeds a fast replica's naturally
-//! higher RIF does not make it hot more often than a slow replica holding more work.
+//! With `hot_by_work` (on by default; false is the paper's test), every RIF the rule reads, in
+//! the history and in each reply, is first weighed by the replica's speed (`Hcl::hot_rif`): the
+//! work queued there in units of a typical query, so that on replicas of mixed speeds a fast
+//! replica's naturally higher RIF does not make it hot more often than a slow replica holding
+//! more work.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -367,6 +368,9 @@ pub struct HclContext {
     ceiling_ns: i128,
     /// `slow_cold` in whole nanoseconds, for [`hcl_key`]; with no limit, `u64::MAX`.
     slow_cold_ns: u64,
+    /// With `hot_by_work`, 1 / the known replicas' mean observed latency in nanoseconds, taken
+    /// once per decision (`Hcl::hot_rif`); 0 reads every RIF as reported.
+    work_scale: f64,
 }
 
 impl HclContext {
@@ -379,12 +383,21 @@ impl HclContext {
             hot_above: threshold.hot_above(),
             ceiling_ns: ceiling.map_or(-1, |c| i128::from(duration_nanos(c))),
             slow_cold_ns: u64::MAX,
+            work_scale: 0.0,
         }
     }
 
     /// Whether a reply with `rif` and a ranked latency of `latency_ns` falls in the band.
     pub fn in_band(&self, rif: u32, latency_ns: u64) -> bool {
         i64::from(rif) <= self.hot_above && i128::from(latency_ns) <= self.ceiling_ns
+    }
+
+    /// The same context, reading each RIF as work queued with `scale` (0: as reported).
+    fn with_work_scale(self, scale: f64) -> Self {
+        Self {
+            work_scale: scale,
+            ..self
+        }
     }
 
     /// The same context, with cold replies slower than `limit` ranking after every hot one.
@@ -503,24 +516,34 @@ impl Hcl {
         }
     }
 
-    /// The RIF the hot test reads for a reply from `replica` reporting `rif`: the RIF itself,
-    /// or, with `hot_by_work`, the RIF × this client's observed latency from the replica / the
-    /// known replicas' mean, rounded: the work queued there in units of a typical query. A
-    /// replica three times as fast as the mean with three queries in flight has about one
-    /// typical query's work queued. Replicas serve their queries at different speeds, and a
-    /// fast replica's RIF is naturally higher, so by the raw count it is hot more often than
-    /// a slow one holding more work. A replica not known yet ([`MIN_OBSERVED`]), or any when
-    /// none is, counts at the mean: its RIF as reported.
-    fn hot_rif(&self, replica: ReplicaId, rif: u32) -> u32 {
-        if !self.hot_by_work || self.known == 0 {
+    /// 1 / the known replicas' mean observed latency, in nanoseconds, with `hot_by_work`; 0
+    /// without it or while no replica is known ([`Hcl::hot_rif`] then reads every RIF as
+    /// reported).
+    fn work_scale(&self) -> f64 {
+        if !self.hot_by_work || self.known == 0 || self.known_sum_ns <= 0.0 {
+            return 0.0;
+        }
+        f64::from(self.known) / self.known_sum_ns
+    }
+
+    /// The RIF the hot test reads for a reply from `replica` reporting `rif`, `scale` being
+    /// [`Hcl::work_scale`]: the RIF itself, or, with `hot_by_work`, the RIF × this client's
+    /// observed latency from the replica / the known replicas' mean, rounded: the work queued
+    /// there in units of a typical query. A replica three times as fast as the mean with three
+    /// queries in flight has about one typical query's work queued. Replicas serve their
+    /// queries at different speeds, and a fast replica's RIF is naturally higher, so by the raw
+    /// count it is hot more often than a slow one holding more work. A replica not known yet
+    /// ([`MIN_OBSERVED`]), or any when none is, counts at the mean: its RIF as reported.
+    fn hot_rif(&self, scale: f64, replica: ReplicaId, rif: u32) -> u32 {
+        if scale == 0.0 {
             return rif;
         }
         let Some(observed) = self.observed.get(replica).and_then(Observed::known_ns) else {
             return rif;
         };
-        let typical = self.known_sum_ns / f64::from(self.known);
-        // A float-to-integer cast saturates: no overflow whatever the ratio.
-        (f64::from(rif) * observed / typical).round() as u32
+        // Rounded half up, without a call to `round` (the value is never negative). A
+        // float-to-integer cast saturates: no overflow whatever the ratio.
+        (f64::from(rif) * observed * scale + 0.5) as u32
     }
 
     /// Takes a replica's known latency out of the sum of the known ones.
@@ -597,11 +620,12 @@ impl Rule for Hcl {
     const READS_RATES: bool = false;
 
     fn on_reply(&mut self, replica: ReplicaId, report: &LoadReport, _now: Time) {
-        self.history.push(self.hot_rif(replica, report.rif));
+        self.history
+            .push(self.hot_rif(self.work_scale(), replica, report.rif));
     }
 
     fn context(&self) -> HclContext {
-        HclContext::new(self.history.threshold(self.q_rif), None)
+        HclContext::new(self.history.threshold(self.q_rif), None).with_work_scale(self.work_scale())
     }
 
     fn on_replica_change(&mut self, change: ReplicaChange) {
@@ -649,10 +673,11 @@ impl Rule for Hcl {
         };
         let band = self.latency_band * coverage;
         // The fastest cold and the fastest hot latency, in one pass over the pool.
+        let scale = self.work_scale();
         let (mut fastest_cold, mut fastest_hot) = (None, None);
         if band > 0.0 || self.max_cold_slowdown > 0.0 {
             for entry in pool.iter() {
-                let fastest = if threshold.is_hot(self.hot_rif(entry.replica, entry.rif)) {
+                let fastest = if threshold.is_hot(self.hot_rif(scale, entry.replica, entry.rif)) {
                     &mut fastest_hot
                 } else {
                     &mut fastest_cold
@@ -676,12 +701,14 @@ impl Rule for Hcl {
         let slow_cold = fastest_hot
             .filter(|_| self.max_cold_slowdown > 0.0)
             .map(|fastest| Duration::from_nanos((fastest as f64 * self.max_cold_slowdown) as u64));
-        HclContext::new(threshold, ceiling).with_slow_cold(slow_cold)
+        HclContext::new(threshold, ceiling)
+            .with_slow_cold(slow_cold)
+            .with_work_scale(scale)
     }
 
     fn rank(&self, cx: &HclContext, entry: &Entry, _load: &ReplicaLoad) -> Rank {
         let latency_ns = self.latency_ns(entry);
-        let rif = self.hot_rif(entry.replica, entry.rif);
+        let rif = self.hot_rif(cx.work_scale, entry.replica, entry.rif);
         let delay = self.band_delay_ns(cx, entry, rif, latency_ns);
         hcl_rank_in(
             cx,
@@ -695,7 +722,7 @@ impl Rule for Hcl {
 
     fn key(&self, cx: &HclContext, entry: &Entry, _load: &ReplicaLoad) -> u128 {
         let latency_ns = self.latency_ns(entry);
-        let rif = self.hot_rif(entry.replica, entry.rif);
+        let rif = self.hot_rif(cx.work_scale, entry.replica, entry.rif);
         let delay = self.band_delay_ns(cx, entry, rif, latency_ns);
         hcl_key(cx, rif, latency_ns, delay)
     }
@@ -932,6 +959,7 @@ mod tests {
                 uses,
                 settled: settled.min(uses),
                 budget: 8,
+                others: rif,
                 slot: 0,
             };
             let (ea, eb) = (entry(a), entry(b));

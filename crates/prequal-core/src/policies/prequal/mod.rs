@@ -20,6 +20,13 @@
 //!   default (`completions_lower_rif = false` is the paper's pool): when a query of this client
 //!   finishes, its replica's reply loses that one again, as it does one for a query that was in
 //!   flight when the reply came ([`Pool::on_finished`](super::probing::pool::Pool::on_finished)).
+//!   Also ours, on by default (`own_rif_live = false` is the counting above): a reply's RIF is
+//!   split when it comes into the other clients' share (the reported RIF less this client's
+//!   queries in flight at the replica then) and this client's own, which is then counted live:
+//!   the RIF ranked is the others' share + this client's queries in flight there now
+//!   ([`Entry::with_own`](super::probing::pool::Entry::with_own)). It counts this client's
+//!   queries that had not reached the replica when it answered, and those sent since by any
+//!   route; behind one balancer it is that balancer's exact count.
 //! - **Removal.** `remove_rate` (r_remove, default 1) replies per query, alternating between the
 //!   oldest and the worst (the highest RIF among hot replies if any is hot, else the highest
 //!   latency among cold ones).
@@ -42,9 +49,10 @@
 //!   And (`max_cold_slowdown = 0` is the paper's rule): a cold reply whose latency is more than
 //!   `max_cold_slowdown` (default 10) times the fastest hot reply's ranks after every hot one,
 //!   so a replica that is idle because it is very slow does not win for being idle.
-//!   Off by default (`hot_by_work = true` turns it on): the hot test reads each RIF as the
-//!   work queued, RIF × this client's observed latency from the replica / the known replicas'
-//!   mean, so that a fast replica's naturally higher RIF does not make it hot.
+//!   Ours, on by default (`hot_by_work = false` is the paper's test of the raw RIF): the hot
+//!   test reads each RIF as the work queued, RIF × this client's observed latency from the
+//!   replica / the known replicas' mean, so that a fast replica's naturally higher RIF does
+//!   not make it hot.
 //!   See [`hcl`].
 //! - **Error aversion.** Replies from replicas whose recent error share exceeds
 //!   `error_threshold` rank after all others, so a replica that fails fast cannot sinkhole
@@ -119,8 +127,8 @@ pub type Prequal = AsyncProbing<Hcl>;
 /// `prequal` parameters. Every key is optional; defaults are those of the paper's testbed,
 /// except `latency_band` and `max_cold_slowdown` (the paper's rule is 0 for both; with no band
 /// `band_ranks_by_delay` does nothing),
-/// `completions_lower_rif`, `reports_refresh_pool` and `own_queries_raise_latency` (all false
-/// in the paper).
+/// `hot_by_work`, `completions_lower_rif`, `own_rif_live`, `reports_refresh_pool` and
+/// `own_queries_raise_latency` (all false in the paper).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -152,11 +160,14 @@ pub struct Config {
     /// default 1 (the query's own expected delay; 2 ranks by the delay it adds in all).
     pub delay_power: f64,
     /// The hot test weighs each reply's RIF by its replica's observed speed (RIF × observed
-    /// latency / the known replicas' mean), default false (the paper's raw RIF).
+    /// latency / the known replicas' mean), default true (the paper's raw RIF: false).
     pub hot_by_work: bool,
     /// A finished query of this client lowers its replica's reply RIF by one, default true
     /// (the paper's pool: false).
     pub completions_lower_rif: bool,
+    /// A reply's RIF is the other clients' share it reported plus this client's queries in
+    /// flight at the replica now, default true (the paper's pool, where a use adds one: false).
+    pub own_rif_live: bool,
     /// A piggybacked load report refreshes its replica's reply in the pool, default true (the
     /// paper's pool holds probe replies alone: false).
     pub reports_refresh_pool: bool,
@@ -205,6 +216,7 @@ impl Default for Config {
             delay_power: params::DELAY_POWER,
             hot_by_work: params::HOT_BY_WORK,
             completions_lower_rif: params::COMPLETIONS_LOWER_RIF,
+            own_rif_live: params::OWN_RIF_LIVE,
             reports_refresh_pool: params::REPORTS_REFRESH_POOL,
             reports_replace_probes: params::REPORTS_REPLACE_PROBES,
             own_queries_raise_latency: params::OWN_QUERIES_RAISE_LATENCY,
@@ -244,6 +256,7 @@ impl Config {
             delta: self.delta,
             remove_rate: self.remove_rate,
             completions_lower_rif: self.completions_lower_rif,
+            own_rif_live: self.own_rif_live,
             reports_refresh_pool: self.reports_refresh_pool,
             reports_replace_probes: self.reports_replace_probes,
             fallback_by_local_rif: self.fallback_by_local_rif,
@@ -278,6 +291,7 @@ impl BuildPolicy for Config {
             params::DELAY_CONCURRENCY_DOC,
             params::DELAY_POWER_DOC,
             params::HOT_BY_WORK_DOC,
+            params::OWN_RIF_LIVE_DOC,
             params::COMPLETIONS_LOWER_RIF_DOC,
             params::REPORTS_REFRESH_POOL_DOC,
             params::REPORTS_REPLACE_PROBES_DOC,

@@ -199,9 +199,12 @@ fn the_band_ranks_by_expected_delay_unless_asked_to_rank_by_rif() {
     // 30 ms and replica 1 in 5 ms. Replica 0 is idle, replica 1 has one query: by expected
     // delay (observed latency x (1 + RIF / 2)) replica 1 wins, 7.5 against 30; by RIF,
     // replica 0.
+    // (Without hot_by_work: with it, the band ranking by RIF reads replica 1's one query as
+    // round(1 x 5 / 17.5) = 0 typical queries of work, a tie.)
     let choose = |band_ranks_by_delay: bool| {
         let config = Config {
             band_ranks_by_delay,
+            hot_by_work: false,
             ..Config::default()
         };
         choose_between_known_replicas(config, [30, 5], 1)
@@ -262,7 +265,73 @@ fn hot_by_work_weighs_each_rif_by_its_replica_speed() {
     };
     assert_eq!(choose(false), ReplicaId(0));
     assert_eq!(choose(true), ReplicaId(1));
-    assert!(!Config::default().hot_by_work);
+    assert!(Config::default().hot_by_work);
+}
+
+#[test]
+fn own_rif_live_counts_this_clients_queries_a_reply_could_not_see() {
+    // This client sent a query to replica 0 that had not reached it when both replicas
+    // answered a probe with nothing in flight, replica 0 a little faster. As reported, both
+    // are idle and the faster one is picked; with own_rif_live, replica 0's reply counts this
+    // client's query still in flight there, and the idle replica 1 is picked. Then a second
+    // query goes to replica 0 by another route (as a fallback or a retry would): only
+    // own_rif_live counts it, and takes it off again when it finishes.
+    let run = |own_rif_live: bool| {
+        let config = Config {
+            own_rif_live,
+            q_rif: 0.0,
+            remove_rate: 0.0,
+            ..Config::default()
+        };
+        let mut p = policy(&config, 2);
+        let mut rng = rng(5);
+        p.on_dispatch(ReplicaId(0), QueryId(1), Time::from_millis(100));
+        let at = Time::from_millis(101);
+        p.on_probe_reply(&probe(0), &report(0, 10), at, &mut rng);
+        p.on_probe_reply(&probe(1), &report(0, 12), at, &mut rng);
+        let picked = pick_id(&mut p, 2, at, &mut rng);
+        p.on_dispatch(picked, QueryId(2), at);
+        let rif_of = |p: &Prequal, replica: u32, now: Time| {
+            p.snapshot(now)
+                .pool
+                .iter()
+                .find(|e| e.replica == ReplicaId(replica))
+                .map_or(u32::MAX, |e| e.rif)
+        };
+        let sent = Time::from_millis(102);
+        p.on_dispatch(ReplicaId(0), QueryId(3), sent);
+        let in_flight = (rif_of(&p, 0, sent), rif_of(&p, 1, sent));
+        let done = Time::from_millis(103);
+        p.on_complete(ReplicaId(0), &success(3, 1), done);
+        (picked, in_flight, rif_of(&p, 0, done))
+    };
+    assert_eq!(run(false), (ReplicaId(0), (1, 0), 0));
+    assert_eq!(run(true), (ReplicaId(1), (2, 1), 1));
+    assert!(Config::default().own_rif_live);
+}
+
+#[test]
+fn own_rif_live_splits_a_piggybacked_report_too() {
+    // A reply from replica 0 counts this client's one query there. A report that query's
+    // neighbour carried back says 3 in flight, one of them this client's: the other clients
+    // have 2, which is what is left once this client's query finishes.
+    let config = Config {
+        remove_rate: 0.0,
+        ..Config::default()
+    };
+    let mut p = policy(&config, 2);
+    let mut rng = rng(5);
+    p.on_dispatch(ReplicaId(0), QueryId(1), Time::from_millis(100));
+    p.on_probe_reply(&probe(0), &report(1, 10), Time::from_millis(101), &mut rng);
+    p.on_load_report(ReplicaId(0), &report(3, 10), Time::from_millis(102));
+    p.on_complete(ReplicaId(0), &success(1, 3), Time::from_millis(103));
+    let rif = p
+        .snapshot(Time::from_millis(103))
+        .pool
+        .iter()
+        .find(|e| e.replica == ReplicaId(0))
+        .map(|e| e.rif);
+    assert_eq!(rif, Some(2));
 }
 
 #[test]
@@ -288,11 +357,14 @@ fn finished_queries_lower_their_replica_reply_unless_the_paper_pool_is_asked_for
     // Replica 0 reports RIF 4 and replica 1 RIF 2, same latency: replica 1 is chosen and its
     // reply rises to 3. Then two queries that were at replica 0 when it answered finish: by
     // default its reply falls to 2 and it is chosen next; in the paper's pool it stays at 4.
+    // (Without own_rif_live, which would count this client's queries at replica 0, none
+    // dispatched here, instead.)
     let choose_after_finishes = |completions_lower_rif: bool| {
         let config = Config {
             q_rif: 1.0,
             remove_rate: 0.0,
             completions_lower_rif,
+            own_rif_live: false,
             own_queries_raise_latency: false,
             band_ranks_by_delay: false,
             ..Config::default()

@@ -755,14 +755,19 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         self.pool.expire(now);
         if let Some(load) = self.replicas.get_mut(replica) {
             load.on_dispatch();
+            if self.params.own_rif_live {
+                self.pool.set_own(replica, load.local_rif);
+            }
         }
     }
 
     fn on_complete(&mut self, replica: ReplicaId, completion: &Completion, now: Time) {
         self.pool.expire(now);
         self.failure_seen |= completion.outcome.is_failure();
+        let mut own = None;
         if let Some(load) = self.replicas.get_mut(replica) {
             load.on_complete(completion.outcome, now, &self.params.aversion);
+            own = Some(load.local_rif).filter(|_| self.params.own_rif_live);
         }
         self.rule.on_complete(replica, completion);
         if self.params.wait_when_stale && completion.outcome == crate::policy::Outcome::Success {
@@ -770,11 +775,16 @@ impl<R: Rule> Policy for AsyncProbing<R> {
             self.typical_latency_ns =
                 ewma(self.typical_latency_ns, latency, TYPICAL_LATENCY_WEIGHT);
         }
-        if self.params.completions_lower_rif {
-            let dispatched = now
-                .as_nanos()
-                .saturating_sub(duration_nanos(completion.latency));
-            self.pool.on_finished(replica, Time::from_nanos(dispatched));
+        let dispatched = self.params.completions_lower_rif.then(|| {
+            Time::from_nanos(
+                now.as_nanos()
+                    .saturating_sub(duration_nanos(completion.latency)),
+            )
+        });
+        match (dispatched, own) {
+            (dispatched, Some(own)) => self.pool.on_finished_with_own(replica, dispatched, own),
+            (Some(dispatched), None) => self.pool.on_finished(replica, dispatched),
+            (None, None) => {}
         }
     }
 
@@ -805,8 +815,9 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         }
         self.rule.on_reply(probe.replica, report, now);
         let budget = self.budget.sample(rng).max(1);
+        let own = Some(self.replicas.at(slot).local_rif).filter(|_| self.params.own_rif_live);
         self.pool
-            .insert(Entry::new(probe.replica, now, report, budget, slot));
+            .insert(Entry::new(probe.replica, now, report, budget, slot).with_own(own));
         if !self.waiting.is_empty() {
             self.release_waiting(now, rng);
         }
@@ -820,8 +831,13 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         self.pool.expire(now);
         if self.replicas.contains(replica) {
             self.rule.on_load_report(replica, report, now);
+            let own = self
+                .replicas
+                .get(replica)
+                .map(|load| load.local_rif)
+                .filter(|_| self.params.own_rif_live);
             if self.params.reports_refresh_pool
-                && self.pool.refresh(replica, report, now)
+                && self.pool.refresh(replica, report, now, own)
                 && self.params.reports_replace_probes
             {
                 let most = self.params.probe_rate.ceil() as u32;

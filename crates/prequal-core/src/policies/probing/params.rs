@@ -39,9 +39,13 @@ pub const DELAY_CONCURRENCY: f64 = 2.0;
 /// mixed-speed replicas and raises the tails; docs/policies.md).
 pub const DELAY_POWER: f64 = 1.0;
 /// Default for whether HCL's hot test weighs each reply's RIF by its replica's speed (RIF ×
-/// this client's observed latency from it / the known replicas' mean): off, the paper's test
-/// of the raw RIF (docs/policies.md has the simulated evidence for turning it on).
-pub const HOT_BY_WORK: bool = false;
+/// this client's observed latency from it / the known replicas' mean): on, our addition (off
+/// is the paper's test of the raw RIF; docs/policies.md has the evidence).
+pub const HOT_BY_WORK: bool = true;
+/// Default for whether a reply's RIF counts this client's own queries live (the reported RIF
+/// less this client's queries in flight when it came, plus those in flight now): on, our
+/// addition (off is the paper's pool, where each use adds one; docs/policies.md).
+pub const OWN_RIF_LIVE: bool = true;
 /// Default for whether a finished query lowers its replica's pooled reply RIF: on, our
 /// addition (off is the paper's pool, where only a use changes a reply; docs/policies.md).
 pub const COMPLETIONS_LOWER_RIF: bool = true;
@@ -160,14 +164,28 @@ pub const DELAY_POWER_DOC: ParamDoc = ParamDoc {
 /// `hot_by_work`.
 pub const HOT_BY_WORK_DOC: ParamDoc = ParamDoc {
     key: "hot_by_work",
-    default: "false",
+    default: "true",
     doc: "the hot test (q_rif) reads a reply's RIF as the work queued there: RIF × this \
           client's recent latency from the replica / the mean of the replicas known (the same \
           observed latency as band_ranks_by_delay's), rounded, both for the RIF history and \
-          for each reply (hot replies then rank by it too); a fast replica's naturally higher \
+          for each reply (hot replies then rank by it too, and so does the band where it ranks by \
+          RIF); a fast replica's naturally higher \
           RIF then counts for less, a slow \
           one's for more; a replica with fewer than 8 queries seen counts at the mean; false \
-          is the paper's test of the raw RIF",
+          is the paper's test of the raw RIF, the default before 2026-11-27",
+};
+/// `own_rif_live`.
+pub const OWN_RIF_LIVE_DOC: ParamDoc = ParamDoc {
+    key: "own_rif_live",
+    default: "true",
+    doc: "a reply's RIF is split when it comes into the other clients' share (the reported RIF \
+          less this client's queries in flight at the replica then, at least 0) and this \
+          client's own, counted live: the RIF ranked and tested for hot is the others' share + \
+          this client's queries in flight there now; so it counts this client's queries that \
+          had not reached the replica when it answered and those sent since by any route, and \
+          behind one balancer it is that balancer's exact count; false is the paper's pool, \
+          where each use of a reply adds one (and completions_lower_rif takes one off), the \
+          default before 2026-11-27",
 };
 /// `completions_lower_rif`.
 pub const COMPLETIONS_LOWER_RIF_DOC: ParamDoc = ParamDoc {
@@ -286,6 +304,9 @@ pub struct ProbingParams {
     /// Whether a finished query of this client lowers its replica's reply RIF by one
     /// ([`Pool::on_finished`](super::pool::Pool::on_finished)).
     pub completions_lower_rif: bool,
+    /// Whether a reply's RIF is the other clients' share it reported ([`Entry::with_own`](
+    /// super::pool::Entry::with_own)) plus this client's queries in flight at the replica now.
+    pub own_rif_live: bool,
     /// Whether a piggybacked load report from a replica whose reply is held replaces that
     /// reply ([`Pool::refresh`](super::pool::Pool::refresh)).
     pub reports_refresh_pool: bool,

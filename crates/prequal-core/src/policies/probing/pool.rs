@@ -42,6 +42,10 @@ pub struct Entry {
     pub settled: u32,
     /// Uses allowed before the reply is removed (b_reuse, rounded for this reply; at least 1).
     pub budget: u32,
+    /// The other clients' share of the reported RIF: the RIF less this client's queries in
+    /// flight at the replica when the reply came, set by [`Entry::with_own`] (without a count, the
+    /// whole reported RIF).
+    pub others: u32,
     /// The replica's position in the policy's replica set, so ranking reads its state without
     /// a search. A hint: the policy refreshes it on membership changes and checks it on use.
     pub(crate) slot: usize,
@@ -66,8 +70,39 @@ impl Entry {
             uses: 0,
             settled: 0,
             budget,
+            others: report.rif,
             slot,
         }
+    }
+
+    /// The same reply, its RIF split into the other clients' share and this client's `own`
+    /// queries in flight at the replica when it came, if given (`own_rif_live`): the others'
+    /// share is the rest, at least 0. Some of this client's queries may not have reached the
+    /// replica when it answered, so the share errs low by the queries on the way; the
+    /// replica's load is never taken below this client's own.
+    pub fn with_own(mut self, own: Option<u32>) -> Self {
+        if let Some(own) = own {
+            self.others = self.rif.saturating_sub(own);
+            self.set_own(own);
+        }
+        self
+    }
+
+    /// This client now has `own` queries in flight at the replica: the reply's RIF is the
+    /// other clients' share plus them.
+    fn set_own(&mut self, own: u32) {
+        self.rif = self.others.saturating_add(own);
+    }
+
+    /// A query of this client sent at `dispatched` has finished ([`Pool::on_finished`]).
+    fn settle(&mut self, dispatched: Time) {
+        if dispatched > self.received {
+            if self.settled >= self.uses {
+                return;
+            }
+            self.settled += 1;
+        }
+        self.rif = self.rif.saturating_sub(1);
     }
 
     /// The reply's age at `now`.
@@ -184,7 +219,14 @@ impl Pool {
     /// that carried it, which has finished by now, so every query of this client still out to
     /// the replica was in flight when it was made: [`Pool::on_finished`] takes each off as
     /// it ends. Returns whether a reply was refreshed.
-    pub fn refresh(&mut self, replica: ReplicaId, report: &LoadReport, now: Time) -> bool {
+    /// With `own` ([`Entry::with_own`]) the new reply's RIF is split at once.
+    pub fn refresh(
+        &mut self,
+        replica: ReplicaId,
+        report: &LoadReport,
+        now: Time,
+        own: Option<u32>,
+    ) -> bool {
         let Some(index) = self.position(replica) else {
             return false;
         };
@@ -193,7 +235,7 @@ impl Pool {
             return false;
         }
         let (budget, slot) = (held.budget, held.slot);
-        self.insert(Entry::new(replica, now, report, budget, slot));
+        self.insert(Entry::new(replica, now, report, budget, slot).with_own(own));
         true
     }
 
@@ -224,17 +266,30 @@ impl Pool {
     /// reply (a random fallback, or a replica the balancer chose instead) was never counted
     /// and changes nothing. Never below zero.
     pub fn on_finished(&mut self, replica: ReplicaId, dispatched: Time) {
-        let Some(index) = self.position(replica) else {
-            return;
-        };
-        let entry = &mut self.entries[index];
-        if dispatched > entry.received {
-            if entry.settled >= entry.uses {
-                return;
-            }
-            entry.settled += 1;
+        if let Some(index) = self.position(replica) {
+            self.entries[index].settle(dispatched);
         }
-        entry.rif = entry.rif.saturating_sub(1);
+    }
+
+    /// This client now has `own` queries in flight at `replica`: its reply's RIF, if one is
+    /// held, is the other clients' share ([`Entry::with_own`]) plus them.
+    pub fn set_own(&mut self, replica: ReplicaId, own: u32) {
+        if let Some(index) = self.position(replica) {
+            self.entries[index].set_own(own);
+        }
+    }
+
+    /// A query of this client to `replica` has finished and `own` of its queries are still in
+    /// flight there: [`Pool::on_finished`] if `dispatched` is given, then [`Pool::set_own`],
+    /// with one search for the reply.
+    pub fn on_finished_with_own(&mut self, replica: ReplicaId, dispatched: Option<Time>, own: u32) {
+        if let Some(index) = self.position(replica) {
+            let entry = &mut self.entries[index];
+            if let Some(dispatched) = dispatched {
+                entry.settle(dispatched);
+            }
+            entry.set_own(own);
+        }
     }
 
     /// The reply at `index` (0 = oldest).
@@ -342,6 +397,7 @@ mod tests {
             uses: 0,
             settled: 0,
             budget,
+            others: 1,
             slot: 0,
         }
     }
@@ -377,6 +433,49 @@ mod tests {
     }
 
     #[test]
+    fn a_reply_split_into_the_others_share_counts_this_clients_queries_live() {
+        let mut pool = Pool::new(4, Duration::from_secs(1));
+        let mut reply = entry(1, 10, 8);
+        reply.rif = 5;
+        // Two of the five are this client's: three are the others'.
+        pool.insert(reply.clone().with_own(Some(2)));
+        let rif = |pool: &Pool| pool.get(0).map(|e| (e.others, e.rif));
+        assert_eq!(rif(&pool), Some((3, 5)));
+        // This client's count moves the RIF both ways, the others' share stays.
+        pool.set_own(ReplicaId(1), 4);
+        assert_eq!(rif(&pool), Some((3, 7)));
+        pool.set_own(ReplicaId(1), 0);
+        assert_eq!(rif(&pool), Some((3, 3)));
+        // A finished query settles as without the split, then the count is set.
+        pool.on_finished_with_own(ReplicaId(1), Some(Time::from_millis(5)), 1);
+        assert_eq!(rif(&pool), Some((3, 4)));
+        // More of this client's queries in flight than the replica reported (some were still
+        // on the way): none are the others', and the RIF is this client's own.
+        pool.insert(
+            Entry {
+                received: Time::from_millis(11),
+                ..reply
+            }
+            .with_own(Some(9)),
+        );
+        assert_eq!(rif(&pool), Some((0, 9)));
+        // Without a count the reply keeps the reported RIF as the others' share.
+        let plain = Entry::new(
+            ReplicaId(2),
+            Time::from_millis(12),
+            &crate::testing::report(4, 5),
+            8,
+            0,
+        );
+        pool.insert(plain.with_own(None));
+        assert_eq!(pool.get(1).map(|e| (e.others, e.rif)), Some((4, 4)));
+        // A replica with no reply held is ignored.
+        pool.set_own(ReplicaId(3), 3);
+        pool.on_finished_with_own(ReplicaId(3), None, 3);
+        assert_eq!(pool.len(), 2);
+    }
+
+    #[test]
     fn a_piggybacked_report_refreshes_only_a_held_reply_and_keeps_its_budget() {
         let mut pool = Pool::new(4, Duration::from_secs(1));
         pool.insert(entry(1, 10, 3));
@@ -389,10 +488,10 @@ mod tests {
             ..LoadReport::default()
         };
         // Replica 3 has no reply held: its report is left out.
-        assert!(!pool.refresh(ReplicaId(3), &report(0, 1), Time::from_millis(30)));
+        assert!(!pool.refresh(ReplicaId(3), &report(0, 1), Time::from_millis(30), None));
         assert_eq!(pool.len(), 2);
         // Replica 1's reply (used twice, RIF 3) takes the report's place, now the newest.
-        assert!(pool.refresh(ReplicaId(1), &report(7, 9), Time::from_millis(30)));
+        assert!(pool.refresh(ReplicaId(1), &report(7, 9), Time::from_millis(30), None));
         assert_eq!(pool.len(), 2);
         let fresh = pool.get(1).unwrap();
         assert_eq!(fresh.replica, ReplicaId(1));
@@ -404,7 +503,7 @@ mod tests {
         pool.on_finished(ReplicaId(1), Time::from_millis(25));
         assert_eq!(pool.get(1).unwrap().rif, 6);
         // A report older than the reply held changes nothing.
-        assert!(!pool.refresh(ReplicaId(2), &report(0, 1), Time::from_millis(15)));
+        assert!(!pool.refresh(ReplicaId(2), &report(0, 1), Time::from_millis(15), None));
         assert_eq!(pool.get(0).unwrap().rif, 1);
     }
 
