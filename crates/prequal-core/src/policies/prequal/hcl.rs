@@ -541,7 +541,8 @@ impl Hcl {
         let Some(observed) = self.observed.get(replica).and_then(Observed::known_ns) else {
             return rif;
         };
-        // Rounded half up, without a call to `round` (the value is never negative). A
+        // Rounded to the nearest whole query without a call to `round` (the value is never
+        // negative; a product that lands on a half may go either way by its last bit). A
         // float-to-integer cast saturates: no overflow whatever the ratio.
         (f64::from(rif) * observed * scale + 0.5) as u32
     }
@@ -938,7 +939,9 @@ mod tests {
         }
 
         /// The rule's own `key` and `rank` order pooled replies alike, replies this client has
-        /// queries on (scaled latencies) included, with the scaling on or off.
+        /// queries on (scaled latencies) included, with the scaling on or off, and with RIFs
+        /// read as reported or as work queued (`hot_by_work`) on two replicas of different
+        /// speeds.
         #[test]
         fn rule_key_orders_like_rule_rank_for_used_replies(
             a in (0u32..40, 0u64..5_000_000_000, 0u32..6, 0u32..6),
@@ -947,11 +950,13 @@ mod tests {
             c in ceilings(),
             slow in ceilings(),
             scaled in any::<bool>(),
+            by_work in any::<bool>(),
             observed in prop_oneof![Just(None), (1u64..1_000_000_000).prop_map(Some)],
+            speed in 1u64..8,
         ) {
             use crate::policies::probing::engine::Rule;
-            let entry = |(rif, latency, uses, settled): (u32, u64, u32, u32)| Entry {
-                replica: ReplicaId(0),
+            let entry = |replica: u32, (rif, latency, uses, settled): (u32, u64, u32, u32)| Entry {
+                replica: ReplicaId(replica),
                 received: Time::ZERO,
                 rif: rif + uses,
                 latency: Duration::from_nanos(latency),
@@ -960,21 +965,31 @@ mod tests {
                 settled: settled.min(uses),
                 budget: 8,
                 others: rif,
-                slot: 0,
+                slot: replica as usize,
             };
-            let (ea, eb) = (entry(a), entry(b));
-            // Ranking in the band by delay, with or without a latency observed from the replica.
-            let mut rule = Hcl::new(0.84, 1.5, scaled).with_band_ranks_by_delay(observed.is_some());
+            let (ea, eb) = (entry(0, a), entry(1, b));
+            // Ranking in the band by delay, with or without a latency observed from the
+            // replicas (replica 1 `speed` times slower).
+            let mut rule = Hcl::new(0.84, 1.5, scaled)
+                .with_band_ranks_by_delay(observed.is_some())
+                .with_hot_by_work(by_work);
+            rule.on_replica_change(ReplicaChange::Insert(ReplicaId(0)));
+            rule.on_replica_change(ReplicaChange::Insert(ReplicaId(1)));
             if let Some(latency) = observed {
-                rule.on_replica_change(ReplicaChange::Insert(ReplicaId(0)));
-                let completion = Completion {
-                    query: crate::policy::QueryId(1),
-                    latency: Duration::from_nanos(latency),
-                    outcome: Outcome::Success,
-                };
-                rule.on_complete(ReplicaId(0), &completion);
+                for (replica, latency) in [(0, latency), (1, latency * speed)] {
+                    for q in 0..u64::from(MIN_OBSERVED) {
+                        let completion = Completion {
+                            query: crate::policy::QueryId(q),
+                            latency: Duration::from_nanos(latency),
+                            outcome: Outcome::Success,
+                        };
+                        rule.on_complete(ReplicaId(replica), &completion);
+                    }
+                }
             }
-            let cx = HclContext::new(t, c).with_slow_cold(slow);
+            let cx = HclContext::new(t, c)
+                .with_slow_cold(slow)
+                .with_work_scale(rule.work_scale());
             let load = ReplicaLoad::default();
             prop_assert_eq!(
                 rule.key(&cx, &ea, &load).cmp(&rule.key(&cx, &eb, &load)),

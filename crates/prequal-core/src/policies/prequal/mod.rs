@@ -26,10 +26,10 @@
 //!   the RIF ranked is the others' share + this client's queries in flight there now
 //!   ([`Entry::with_own`](super::probing::pool::Entry::with_own)). It counts this client's
 //!   queries that had not reached the replica when it answered, and those sent since by any
-//!   route; behind one balancer it is that balancer's exact count.
+//!   route; behind one balancer it is about that balancer's own count.
 //! - **Removal.** `remove_rate` (r_remove, default 1) replies per query, alternating between the
 //!   oldest and the worst (the highest RIF among hot replies if any is hot, else the highest
-//!   latency among cold ones).
+//!   latency among cold ones; with `hot_by_work`, the RIF weighed as work queued).
 //! - **Selection (HCL).** A reply is hot when its RIF exceeds the `q_rif` quantile (default
 //!   2^−0.25 ≈ 0.84) of recently reported RIFs. The cold reply with the lowest latency wins; if
 //!   all are hot, the lowest RIF wins. With fewer than two replies, a uniformly random replica

@@ -311,6 +311,35 @@ fn own_rif_live_counts_this_clients_queries_a_reply_could_not_see() {
 }
 
 #[test]
+fn own_rif_live_settles_finished_queries_even_without_completions_lower_rif() {
+    // Replica 0 reports 2 queries at 10 ms, replica 1 none at 12 ms; with nothing hot and no
+    // band the faster wins. Once this client's query on replica 0's reply has finished, the
+    // reply's latency must no longer be raised for it: replica 0 wins again. Counted as still
+    // out, it would rank at 10 x 3 / 2 = 15 ms and lose to replica 1.
+    let config = Config {
+        q_rif: 1.0,
+        latency_band: 0.0,
+        remove_rate: 0.0,
+        wait_when_stale: false,
+        completions_lower_rif: false,
+        ..Config::default()
+    };
+    let mut p = policy(&config, 2);
+    let mut rng = rng(5);
+    let at = Time::from_millis(10);
+    p.on_probe_reply(&probe(0), &report(2, 10), at, &mut rng);
+    p.on_probe_reply(&probe(1), &report(0, 12), at, &mut rng);
+    let first = pick_id(&mut p, 1, at, &mut rng);
+    assert_eq!(first, ReplicaId(0));
+    p.on_dispatch(first, QueryId(1), Time::from_millis(11));
+    p.on_complete(first, &success(1, 5), Time::from_millis(16));
+    assert_eq!(
+        pick_id(&mut p, 2, Time::from_millis(16), &mut rng),
+        ReplicaId(0)
+    );
+}
+
+#[test]
 fn own_rif_live_splits_a_piggybacked_report_too() {
     // A reply from replica 0 counts this client's one query there. A report that query's
     // neighbour carried back says 3 in flight, one of them this client's: the other clients

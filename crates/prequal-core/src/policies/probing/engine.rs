@@ -775,7 +775,11 @@ impl<R: Rule> Policy for AsyncProbing<R> {
             self.typical_latency_ns =
                 ewma(self.typical_latency_ns, latency, TYPICAL_LATENCY_WEIGHT);
         }
-        let dispatched = self.params.completions_lower_rif.then(|| {
+        // With `own_rif_live` the RIF is set from this client's count whatever
+        // `completions_lower_rif` says, but the reply still learns that one of the queries sent
+        // on it has finished, for `own_queries_raise_latency`.
+        let settles = self.params.completions_lower_rif || own.is_some();
+        let dispatched = settles.then(|| {
             Time::from_nanos(
                 now.as_nanos()
                     .saturating_sub(duration_nanos(completion.latency)),

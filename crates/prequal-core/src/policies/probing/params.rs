@@ -183,7 +183,7 @@ pub const OWN_RIF_LIVE_DOC: ParamDoc = ParamDoc {
           client's own, counted live: the RIF ranked and tested for hot is the others' share + \
           this client's queries in flight there now; so it counts this client's queries that \
           had not reached the replica when it answered and those sent since by any route, and \
-          behind one balancer it is that balancer's exact count; false is the paper's pool, \
+          behind one balancer it is about that balancer's own count; false is the paper's pool, \
           where each use of a reply adds one (and completions_lower_rif takes one off), the \
           default before 2026-11-27",
 };
@@ -193,7 +193,9 @@ pub const COMPLETIONS_LOWER_RIF_DOC: ParamDoc = ParamDoc {
     default: "true",
     doc: "a query of this client that finishes takes one off its replica's reply in the pool, \
           as a use adds one (if the query was in flight when the reply came, or went on it); \
-          false is the paper's pool, where replies only rise",
+          false is the paper's pool, where replies only rise; with own_rif_live (the default) \
+          the reply's RIF follows this client's count either way, and this only matters with \
+          own_rif_live = false",
 };
 /// `reports_refresh_pool`.
 pub const REPORTS_REFRESH_POOL_DOC: ParamDoc = ParamDoc {
@@ -302,7 +304,8 @@ pub struct ProbingParams {
     /// Replies removed per query (r_remove).
     pub remove_rate: f64,
     /// Whether a finished query of this client lowers its replica's reply RIF by one
-    /// ([`Pool::on_finished`](super::pool::Pool::on_finished)).
+    /// ([`Pool::on_finished`](super::pool::Pool::on_finished)); with `own_rif_live` the RIF
+    /// follows this client's count either way.
     pub completions_lower_rif: bool,
     /// Whether a reply's RIF is the other clients' share it reported ([`Entry::with_own`](
     /// super::pool::Entry::with_own)) plus this client's queries in flight at the replica now.

@@ -28,7 +28,11 @@ pub struct Entry {
     pub replica: ReplicaId,
     /// When the reply was received.
     pub received: Time,
-    /// The reported RIF, plus one for every time this client has used the reply since.
+    /// The reported RIF, plus one for every time this client has used the reply since (less
+    /// one for each of this client's queries counted in it that finished, with
+    /// `completions_lower_rif`); with `own_rif_live`, the other clients' share ([`Entry::others`])
+    /// plus this client's queries in flight at the replica, kept so at every dispatch and
+    /// completion there (between a pick and its dispatch it counts the pick's use as well).
     pub rif: u32,
     /// The reported latency estimate.
     pub latency: Duration,

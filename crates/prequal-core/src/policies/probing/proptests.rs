@@ -51,6 +51,8 @@ fn policies() -> Vec<Box<dyn Policy>> {
         own_queries_raise_latency: false,
         band_ranks_by_delay: false,
         wait_when_stale: false,
+        own_rif_live: false,
+        hot_by_work: false,
         ..prequal::Config::default()
     };
     let hcl_two_removals = prequal::Config {
