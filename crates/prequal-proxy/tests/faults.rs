@@ -57,7 +57,7 @@ async fn abandoned_tries_eject(proto: Proto) {
     );
     assert_eq!(success, 30.0, "only the tries before the stop succeeded");
     assert_eq!(
-        metric(&metrics, "prequal_proxy_ejected_replicas{cluster=\"test\"}"),
+        ejected_replicas(&metrics),
         1.0,
         "a replica whose tries outlive every client is ejected\n{metrics}"
     );
@@ -118,11 +118,7 @@ async fn quick_abandon_is_not_a_failure(proto: Proto) {
         metric_sum(&metrics, &["upstream_tries_total", "outcome=\"cancelled\""]) >= 3.0,
         "{metrics}"
     );
-    assert_eq!(
-        metric(&metrics, "prequal_proxy_ejected_replicas{cluster=\"test\"}"),
-        0.0,
-        "{metrics}"
-    );
+    assert_eq!(ejected_replicas(&metrics), 0.0, "{metrics}");
     assert_eq!(
         send_within(
             &client,
@@ -192,7 +188,7 @@ async fn slow_request_given_up_on_a_live_replica(proto: Proto) {
         .await
         .1;
     assert_eq!(
-        metric(&metrics, "prequal_proxy_ejected_replicas{cluster=\"test\"}"),
+        ejected_replicas(&metrics),
         0.0,
         "a live replica is not ejected for requests its clients gave up on\n{metrics}"
     );

@@ -120,11 +120,7 @@ async fn a_malformed_request_body_is_the_clients_fault_not_the_replicas() {
     let metrics = get(&client_again(Proto::H1), proxy.admin, "/metrics")
         .await
         .1;
-    assert_eq!(
-        metric(&metrics, "prequal_proxy_ejected_replicas{cluster=\"test\"}"),
-        0.0,
-        "{metrics}"
-    );
+    assert_eq!(ejected_replicas(&metrics), 0.0, "{metrics}");
     assert_eq!(load(&client(Proto::H1), proxy.addr, 20, 2).await, 20);
 }
 

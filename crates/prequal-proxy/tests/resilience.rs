@@ -30,10 +30,7 @@ async fn outlier_ejection(proto: Proto) {
     );
     let admin = client_again(Proto::H1);
     let metrics = get(&admin, proxy.admin, "/metrics").await.1;
-    assert_eq!(
-        metric(&metrics, "prequal_proxy_ejected_replicas{cluster=\"test\"}"),
-        1.0
-    );
+    assert_eq!(ejected_replicas(&metrics), 1.0);
     let view = get(&admin, proxy.admin, "/clusters/test").await.1;
     assert!(view.contains("\"ejected\": true"), "{view}");
 }

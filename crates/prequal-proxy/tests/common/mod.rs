@@ -507,6 +507,11 @@ pub fn metric(text: &str, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// How many replicas of the test cluster the proxy has ejected, from its `/metrics` text.
+pub fn ejected_replicas(metrics: &str) -> f64 {
+    metric(metrics, "prequal_proxy_ejected_replicas{cluster=\"test\"}")
+}
+
 pub fn client_again(proto: Proto) -> TestClient {
     client(proto)
 }
