@@ -98,9 +98,14 @@ impl Entry {
         self.rif = self.others.saturating_add(own);
     }
 
-    /// A query of this client sent at `dispatched` has finished ([`Pool::on_finished`]).
-    fn settle(&mut self, dispatched: Time) {
-        if dispatched > self.received {
+    /// A query of this client sent at `dispatched` has finished ([`Pool::on_finished`]). With
+    /// `at_receipt_since`, one sent at the very instant the reply came (a query that waited for
+    /// it) counts as sent since, as it is: it cannot be in the reported RIF. Without, it counts
+    /// as sent before, which is how [`Pool::on_finished`] has always settled, so that figures
+    /// measured with `own_rif_live = false` reproduce.
+    fn settle(&mut self, dispatched: Time, at_receipt_since: bool) {
+        let since = dispatched > self.received || (at_receipt_since && dispatched == self.received);
+        if since {
             if self.settled >= self.uses {
                 return;
             }
@@ -271,7 +276,7 @@ impl Pool {
     /// and changes nothing. Never below zero.
     pub fn on_finished(&mut self, replica: ReplicaId, dispatched: Time) {
         if let Some(index) = self.position(replica) {
-            self.entries[index].settle(dispatched);
+            self.entries[index].settle(dispatched, false);
         }
     }
 
@@ -284,13 +289,14 @@ impl Pool {
     }
 
     /// A query of this client to `replica` has finished and `own` of its queries are still in
-    /// flight there: [`Pool::on_finished`] if `dispatched` is given, then [`Pool::set_own`],
-    /// with one search for the reply.
+    /// flight there: [`Pool::on_finished`] if `dispatched` is given (except that a query sent
+    /// at the instant the reply came settles as one sent since), then [`Pool::set_own`], with
+    /// one search for the reply.
     pub fn on_finished_with_own(&mut self, replica: ReplicaId, dispatched: Option<Time>, own: u32) {
         if let Some(index) = self.position(replica) {
             let entry = &mut self.entries[index];
             if let Some(dispatched) = dispatched {
-                entry.settle(dispatched);
+                entry.settle(dispatched, true);
             }
             entry.set_own(own);
         }
@@ -453,6 +459,16 @@ mod tests {
         // A finished query settles as without the split, then the count is set.
         pool.on_finished_with_own(ReplicaId(1), Some(Time::from_millis(5)), 1);
         assert_eq!(rif(&pool), Some((3, 4)));
+        // A use sent at the instant the reply came (a query the reply released) settles when
+        // it finishes, so the reply's latency is no longer raised for it; without the split
+        // it does not (the older accounting).
+        let raised = |pool: &Pool| pool.get(0).map(|e| e.uses - e.settled);
+        pool.use_entry(0);
+        assert_eq!(raised(&pool), Some(1));
+        pool.on_finished(ReplicaId(1), Time::from_millis(10));
+        assert_eq!(raised(&pool), Some(1));
+        pool.on_finished_with_own(ReplicaId(1), Some(Time::from_millis(10)), 1);
+        assert_eq!(raised(&pool), Some(0));
         // More of this client's queries in flight than the replica reported (some were still
         // on the way): none are the others', and the RIF is this client's own.
         pool.insert(
