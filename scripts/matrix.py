@@ -9,7 +9,8 @@ the scenario files (or SEED=n in the environment for another seed). EXTRA='[esti
 appends TOML to every scenario (for settings outside the policy, such as the replicas' tracker).
 ONLY=a,b runs only those matrix scenarios; LEVEL=0.95 sets every load step's level (the
 heterogeneous scenarios at overload: ONLY=heterogeneous-70,heterogeneous-70-many,heterogeneous-85,
-heterogeneous-85-many LEVEL=0.95). SET=held-out runs the held-out scenarios (scenarios/held-out/, never
+heterogeneous-85-many LEVEL=0.95). WORKERS=n sets every thread-pool replica's worker count (a check
+that a default is not tuned to the matrix's 4 workers). SET=held-out runs the held-out scenarios (scenarios/held-out/, never
 used to choose a default) instead of the matrix; ONLY and LEVEL apply to them as well."""
 import json, re, subprocess, sys, os
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,6 +48,8 @@ for name in matrix:
     path = f"{TMP}/{name}.toml"
     if os.environ.get("LEVEL"):
         text = re.sub(r"\blevel = [0-9.]+", "level = " + os.environ["LEVEL"], text)
+    if os.environ.get("WORKERS"):
+        text = re.sub(r"^workers = [0-9]+", "workers = " + os.environ["WORKERS"], text, flags=re.M)
     if os.environ.get("CLIENTS_EXTRA"):
         text = text.replace("[clients]\n", "[clients]\n" + os.environ["CLIENTS_EXTRA"].replace("\\n", "\n") + "\n", 1)
     if os.environ.get("EXTRA"):
