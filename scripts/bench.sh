@@ -77,7 +77,7 @@ criterion() {
         cat "$tmp/bench.err" >&2
         return 1
     fi
-    grep -E '^[A-Za-z0-9_/.+ -]+$|time:' "$tmp/bench.out" | grep -B1 'time:' | grep -v '^--$'
+    grep -E '^[A-Za-z0-9_/.+ (),:=-]+$|time:' "$tmp/bench.out" | grep -B1 'time:' | grep -v '^--$'
 }
 
 core() {
