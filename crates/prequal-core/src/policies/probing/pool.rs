@@ -100,9 +100,11 @@ impl Entry {
 
     /// A query of this client sent at `dispatched` has finished ([`Pool::on_finished`]). With
     /// `at_receipt_since`, one sent at the very instant the reply came (a query that waited for
-    /// it) counts as sent since, as it is: it cannot be in the reported RIF. Without, it counts
-    /// as sent before, which is how [`Pool::on_finished`] has always settled, so that figures
-    /// measured with `own_rif_live = false` reproduce.
+    /// it) counts as sent since: it cannot be in the reported RIF, and it is nearly always a use
+    /// of the reply (when several replies come at one instant, as they can in a simulation, a
+    /// query sent then on the replica's previous reply is taken for one too). Without, it
+    /// counts as sent before, which is how [`Pool::on_finished`] has always settled, so that
+    /// figures measured with `own_rif_live = false` reproduce.
     fn settle(&mut self, dispatched: Time, at_receipt_since: bool) {
         let since = dispatched > self.received || (at_receipt_since && dispatched == self.received);
         if since {
@@ -272,8 +274,9 @@ impl Pool {
     /// if one is held, loses the one RIF that query added to it. A query sent before the reply
     /// arrived was in flight when the replica answered, so it is in the reported RIF; one sent
     /// since went on the reply and its use added one. A query sent since that did not go on the
-    /// reply (a random fallback, or a replica the balancer chose instead) was never counted
-    /// and changes nothing. Never below zero.
+    /// reply (a random fallback, or a replica the balancer chose instead) was never counted: it
+    /// changes nothing once every use has settled, but while one is out the pool cannot tell
+    /// the two apart, and it settles that use. Never below zero.
     pub fn on_finished(&mut self, replica: ReplicaId, dispatched: Time) {
         if let Some(index) = self.position(replica) {
             self.entries[index].settle(dispatched, false);
