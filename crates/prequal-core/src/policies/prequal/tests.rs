@@ -340,6 +340,42 @@ fn own_rif_live_settles_finished_queries_even_without_completions_lower_rif() {
 }
 
 #[test]
+fn a_pick_sent_elsewhere_gives_its_use_back() {
+    // Replica 0 reports 2 queries at 10 ms, replica 1 none at 12 ms; with nothing hot and no
+    // band the faster wins. The balancer sends that query to replica 1 instead (a hedge on a
+    // replica already tried, an ejection): with own_rif_live the pick's use of replica 0's
+    // reply is given back, so the reply is not ranked as if this client had a query there
+    // (10 x 3 / 2 = 15 ms, behind replica 1) and replica 0 wins the next pick. Without it, the
+    // older accounting keeps the use until the reply leaves the pool.
+    let run = |own_rif_live: bool| {
+        let config = Config {
+            own_rif_live,
+            q_rif: 1.0,
+            latency_band: 0.0,
+            remove_rate: 0.0,
+            wait_when_stale: false,
+            ..Config::default()
+        };
+        let mut p = policy(&config, 2);
+        let mut rng = rng(5);
+        let at = Time::from_millis(10);
+        p.on_probe_reply(&probe(0), &report(2, 10), at, &mut rng);
+        p.on_probe_reply(&probe(1), &report(0, 12), at, &mut rng);
+        let first = pick_id(&mut p, 1, at, &mut rng);
+        p.on_dispatch(ReplicaId(1), QueryId(1), at);
+        let rif_of_0 = p
+            .snapshot(at)
+            .pool
+            .iter()
+            .find(|e| e.replica == ReplicaId(0))
+            .map(|e| e.rif);
+        (first, rif_of_0, pick_id(&mut p, 2, at, &mut rng))
+    };
+    assert_eq!(run(true), (ReplicaId(0), Some(2), ReplicaId(0)));
+    assert_eq!(run(false), (ReplicaId(0), Some(3), ReplicaId(1)));
+}
+
+#[test]
 fn own_rif_live_splits_a_piggybacked_report_too() {
     // A reply from replica 0 counts this client's one query there. A report that query's
     // neighbour carried back says 3 in flight, one of them this client's: the other clients

@@ -256,6 +256,10 @@ pub struct AsyncProbing<R: Rule> {
     decided: VecDeque<(QueryId, Pick)>,
     /// Queries that waited for fresh replies, for the snapshot.
     waited: u64,
+    /// With `own_rif_live`: the queries picked on a reply and not yet dispatched, with the
+    /// replica and when its reply came, newest last (at most [`PICKS_KEPT`]), so that a pick
+    /// the driver sends elsewhere gives its use back.
+    picked: VecDeque<(QueryId, ReplicaId, Time)>,
     /// A weighted mean of this client's successful queries' latencies, in nanoseconds: how long
     /// a reply stays fresh for `wait_when_stale`.
     typical_latency_ns: Option<f64>,
@@ -268,6 +272,10 @@ pub struct AsyncProbing<R: Rule> {
 
 /// Probe batches remembered for timing replies.
 const PROBE_BATCHES_KEPT: usize = 256;
+
+/// Picks remembered until their dispatch (older ones are forgotten: their query was never
+/// sent).
+const PICKS_KEPT: usize = 64;
 
 /// `wait_when_stale` waits only for a client whose typical latency is at least this many probe
 /// round trips: the wait costs about one, and against a query that takes little more, waiting
@@ -307,6 +315,7 @@ impl<R: Rule> AsyncProbing<R> {
             waiting: VecDeque::new(),
             decided: VecDeque::new(),
             waited: 0,
+            picked: VecDeque::new(),
             typical_latency_ns: None,
             probe_batches: VecDeque::new(),
             typical_probe_rtt_ns: None,
@@ -477,6 +486,22 @@ impl<R: Rule> AsyncProbing<R> {
         id
     }
 
+    /// Uses the reply at `index` for `query`; with `own_rif_live`, remembers the use until the
+    /// query is dispatched ([`Policy::on_dispatch`]).
+    fn use_reply(&mut self, index: usize, query: QueryId) -> Option<ReplicaId> {
+        let received = self.pool.get(index).map(|e| e.received);
+        let replica = self.pool.use_entry(index)?;
+        if self.params.own_rif_live
+            && let Some(received) = received
+        {
+            if self.picked.len() == PICKS_KEPT {
+                self.picked.pop_front();
+            }
+            self.picked.push_back((query, replica, received));
+        }
+        Some(replica)
+    }
+
     /// Counts a pick of `chosen` and turns it into the policy's answer.
     fn count_pick(&mut self, chosen: Option<ReplicaId>) -> Pick {
         match chosen.and_then(|id| self.replicas.get_mut(id).map(|l| (id, l))) {
@@ -578,9 +603,9 @@ impl<R: Rule> AsyncProbing<R> {
                 .then(|| self.best_received_since(&cx, now, since))
                 .flatten();
             let (chosen, selected) = match fresh {
-                Some(index) => (self.pool.use_entry(index), None),
+                Some(index) => (self.use_reply(index, query), None),
                 None => match self.select(&cx, now) {
-                    Some(found) => (self.pool.use_entry(found.best), Some(found)),
+                    Some(found) => (self.use_reply(found.best, query), Some(found)),
                     None => (self.fallback(now, rng), None),
                 },
             };
@@ -744,15 +769,26 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         let cx = self.rule.context_for(&self.pool);
         let selected = self.select(&cx, now);
         let chosen = match selected {
-            Some(found) => self.pool.use_entry(found.best),
+            Some(found) => self.use_reply(found.best, query.id),
             None => self.fallback(now, rng),
         };
         self.remove_per_query(&cx, now, selected);
         self.count_pick(chosen)
     }
 
-    fn on_dispatch(&mut self, replica: ReplicaId, _query: crate::policy::QueryId, now: Time) {
+    fn on_dispatch(&mut self, replica: ReplicaId, query: QueryId, now: Time) {
         self.pool.expire(now);
+        // A query picked on a reply and sent elsewhere (the balancer passed its replica over:
+        // tried already by a hedge or retry, ejected, ramping up) gives that use back.
+        if let Some(at) = self.picked.iter().rposition(|(q, ..)| *q == query)
+            && let Some((_, picked, received)) = self.picked.remove(at)
+            && picked != replica
+        {
+            self.pool.unuse(picked, received);
+            if let Some(load) = self.replicas.get(picked) {
+                self.pool.set_own(picked, load.local_rif);
+            }
+        }
         if let Some(load) = self.replicas.get_mut(replica) {
             load.on_dispatch();
             if self.params.own_rif_live {

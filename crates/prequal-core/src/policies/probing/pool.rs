@@ -382,6 +382,22 @@ impl Pool {
         Some(entry)
     }
 
+    /// Takes back one use of the reply from `replica` received at `received`, if it is still
+    /// held: a query picked on it went elsewhere. Its RIF and its uses go down by one (never
+    /// below zero, nor below the uses settled).
+    pub fn unuse(&mut self, replica: ReplicaId, received: Time) {
+        let Some(index) = self.position(replica) else {
+            return;
+        };
+        let entry = &mut self.entries[index];
+        if entry.received != received || entry.uses == 0 {
+            return;
+        }
+        entry.uses -= 1;
+        entry.settled = entry.settled.min(entry.uses);
+        entry.rif = entry.rif.saturating_sub(1);
+    }
+
     /// Uses the reply at `index` for one query: its RIF goes up by one (the query this client
     /// is about to send), and it is removed once its budget is spent. Returns the replica.
     pub fn use_entry(&mut self, index: usize) -> Option<ReplicaId> {
@@ -442,6 +458,26 @@ mod tests {
         }
         assert_eq!(rif(&pool), Some(0));
         pool.on_finished(ReplicaId(2), Time::from_millis(1));
+        assert_eq!(pool.len(), 1);
+    }
+
+    #[test]
+    fn a_use_given_back_lowers_only_the_same_reply() {
+        let mut pool = Pool::new(4, Duration::from_secs(1));
+        pool.insert(entry(1, 10, 8));
+        pool.use_entry(0);
+        pool.use_entry(0);
+        let state = |pool: &Pool| pool.get(0).map(|e| (e.uses, e.rif));
+        assert_eq!(state(&pool), Some((2, 3)));
+        // Another reply's use (an older one, since replaced) changes nothing.
+        pool.unuse(ReplicaId(1), Time::from_millis(9));
+        assert_eq!(state(&pool), Some((2, 3)));
+        pool.unuse(ReplicaId(1), Time::from_millis(10));
+        assert_eq!(state(&pool), Some((1, 2)));
+        pool.unuse(ReplicaId(1), Time::from_millis(10));
+        pool.unuse(ReplicaId(1), Time::from_millis(10));
+        assert_eq!(state(&pool), Some((0, 1)));
+        pool.unuse(ReplicaId(2), Time::from_millis(10));
         assert_eq!(pool.len(), 1);
     }
 
