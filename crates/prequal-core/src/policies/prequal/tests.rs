@@ -376,6 +376,31 @@ fn a_pick_sent_elsewhere_gives_its_use_back() {
 }
 
 #[test]
+fn picks_made_again_for_one_query_give_back_all_but_the_one_dispatched() {
+    // As a driver does when the endpoint picked is not ready: query 1 is picked twice (replica
+    // 0, idle at 10 ms, then replica 1, 1 query at 12 ms, since the first use raised replica
+    // 0's reply to 10 x 2 / 1 = 20 ms) and dispatched to the second (now 12 x 3 / 2 = 18 ms).
+    // The first use is given back, so replica 0 (10 ms again) wins query 2; kept, it would
+    // lose at 20 ms.
+    let config = Config {
+        q_rif: 1.0,
+        latency_band: 0.0,
+        remove_rate: 0.0,
+        wait_when_stale: false,
+        ..Config::default()
+    };
+    let mut p = policy(&config, 2);
+    let mut rng = rng(5);
+    let at = Time::from_millis(10);
+    p.on_probe_reply(&probe(0), &report(0, 10), at, &mut rng);
+    p.on_probe_reply(&probe(1), &report(1, 12), at, &mut rng);
+    assert_eq!(pick_id(&mut p, 1, at, &mut rng), ReplicaId(0));
+    assert_eq!(pick_id(&mut p, 1, at, &mut rng), ReplicaId(1));
+    p.on_dispatch(ReplicaId(1), QueryId(1), at);
+    assert_eq!(pick_id(&mut p, 2, at, &mut rng), ReplicaId(0));
+}
+
+#[test]
 fn own_rif_live_splits_a_piggybacked_report_too() {
     // A reply from replica 0 counts this client's one query there. A report that query's
     // neighbour carried back says 3 in flight, one of them this client's: the other clients
