@@ -48,6 +48,25 @@ pub(super) fn pick_id(p: &mut dyn Policy, q: u64, now: Time, rng: &mut dyn RngCo
     }
 }
 
+/// A policy over two replicas, each of which answered a probe at `at` with (RIF, latency in
+/// ms) from `replies`, nothing hot (`q_rif = 1`), no band, no removal and no wait: the pick is
+/// the lowest ranked latency. With its generator.
+fn answered(config: Config, replies: [(u32, u64); 2], at: Time) -> (Prequal, rand_pcg::Pcg64Mcg) {
+    let config = Config {
+        q_rif: 1.0,
+        latency_band: 0.0,
+        remove_rate: 0.0,
+        wait_when_stale: false,
+        ..config
+    };
+    let mut p = policy(&config, 2);
+    let mut rng = rng(5);
+    for (replica, (rif, ms)) in (0..).zip(replies) {
+        p.on_probe_reply(&probe(replica), &report(rif, ms), at, &mut rng);
+    }
+    (p, rng)
+}
+
 /// Drains queued probes without answering them.
 pub(super) fn drop_probes(p: &mut dyn Policy, rng: &mut dyn RngCore) -> Vec<ProbeRequest> {
     std::iter::from_fn(|| p.poll_probe(Time::ZERO, rng)).collect()
@@ -317,18 +336,11 @@ fn own_rif_live_settles_finished_queries_even_without_completions_lower_rif() {
     // reply's latency must no longer be raised for it: replica 0 wins again. Counted as still
     // out, it would rank at 10 x 3 / 2 = 15 ms and lose to replica 1.
     let config = Config {
-        q_rif: 1.0,
-        latency_band: 0.0,
-        remove_rate: 0.0,
-        wait_when_stale: false,
         completions_lower_rif: false,
         ..Config::default()
     };
-    let mut p = policy(&config, 2);
-    let mut rng = rng(5);
     let at = Time::from_millis(10);
-    p.on_probe_reply(&probe(0), &report(2, 10), at, &mut rng);
-    p.on_probe_reply(&probe(1), &report(0, 12), at, &mut rng);
+    let (mut p, mut rng) = answered(config, [(2, 10), (0, 12)], at);
     let first = pick_id(&mut p, 1, at, &mut rng);
     assert_eq!(first, ReplicaId(0));
     p.on_dispatch(first, QueryId(1), Time::from_millis(11));
@@ -350,17 +362,10 @@ fn a_pick_sent_elsewhere_gives_its_use_back() {
     let run = |own_rif_live: bool| {
         let config = Config {
             own_rif_live,
-            q_rif: 1.0,
-            latency_band: 0.0,
-            remove_rate: 0.0,
-            wait_when_stale: false,
             ..Config::default()
         };
-        let mut p = policy(&config, 2);
-        let mut rng = rng(5);
         let at = Time::from_millis(10);
-        p.on_probe_reply(&probe(0), &report(2, 10), at, &mut rng);
-        p.on_probe_reply(&probe(1), &report(0, 12), at, &mut rng);
+        let (mut p, mut rng) = answered(config, [(2, 10), (0, 12)], at);
         let first = pick_id(&mut p, 1, at, &mut rng);
         p.on_dispatch(ReplicaId(1), QueryId(1), at);
         let rif_of_0 = p
@@ -382,18 +387,8 @@ fn picks_made_again_for_one_query_give_back_all_but_the_one_dispatched() {
     // 0's reply to 10 x 2 / 1 = 20 ms) and dispatched to the second (now 12 x 3 / 2 = 18 ms).
     // The first use is given back, so replica 0 (10 ms again) wins query 2; kept, it would
     // lose at 20 ms.
-    let config = Config {
-        q_rif: 1.0,
-        latency_band: 0.0,
-        remove_rate: 0.0,
-        wait_when_stale: false,
-        ..Config::default()
-    };
-    let mut p = policy(&config, 2);
-    let mut rng = rng(5);
     let at = Time::from_millis(10);
-    p.on_probe_reply(&probe(0), &report(0, 10), at, &mut rng);
-    p.on_probe_reply(&probe(1), &report(1, 12), at, &mut rng);
+    let (mut p, mut rng) = answered(Config::default(), [(0, 10), (1, 12)], at);
     assert_eq!(pick_id(&mut p, 1, at, &mut rng), ReplicaId(0));
     assert_eq!(pick_id(&mut p, 1, at, &mut rng), ReplicaId(1));
     p.on_dispatch(ReplicaId(1), QueryId(1), at);
