@@ -781,16 +781,11 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         // A query picked on a reply and sent elsewhere (the balancer passed its replica over:
         // tried already by a hedge or retry, ejected, ramping up; or the driver picked again,
         // its endpoint not ready) gives that use back.
-        let mut at = self.picked.len();
-        while at > 0 {
-            at -= 1;
-            if self.picked[at].0 != query {
-                continue;
-            }
-            let Some((_, picked, received)) = self.picked.remove(at) else {
-                break;
-            };
-            if picked != replica {
+        for at in (0..self.picked.len()).rev() {
+            if self.picked[at].0 == query
+                && let Some((_, picked, received)) = self.picked.remove(at)
+                && picked != replica
+            {
                 self.pool.unuse(picked, received);
                 if let Some(load) = self.replicas.get(picked) {
                     self.pool.set_own(picked, load.local_rif);
