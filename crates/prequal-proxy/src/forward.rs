@@ -38,8 +38,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
 use http::uri::Authority;
 use http::{HeaderName, HeaderValue, Method, Request, Response, StatusCode, Version, header};
 use http_body::Body;
@@ -418,7 +418,9 @@ impl<'a> Tries<'a> {
             watched,
             client_failed,
         );
-        running.push(Box::pin(async move { (step.await, hedge) }), deadline);
+        // `map`, not an async block: one awaiting `step` would hold it twice, as the captured
+        // future and as the one awaited.
+        running.push(Box::pin(step.map(move |end| (end, hedge))), deadline);
         true
     }
 
@@ -508,26 +510,24 @@ impl Step {
 /// replica is not charged. A response of up to `response_buffer_limit` bytes is read whole
 /// before the try ends: at once when its body came with its head, else in a
 /// [`TryEnd::BodyLate`] the request's loop runs on.
-async fn one_try(
+///
+/// Not an async fn: one would keep its arguments beside the head's future, which holds them
+/// too, and the try's future is copied whole when it is boxed.
+fn one_try(
     guard: TryGuard,
     authority: Authority,
     upstream: Request<ProxyBody>,
     deadline: Instant,
     watched: bool,
     client_failed: Option<ClientFailed>,
-) -> TryEnd {
-    let head = head_of_try(
-        guard,
-        &authority,
-        upstream,
-        deadline,
-        watched,
-        client_failed,
-    );
-    match head.await {
-        Ok((response, guard)) => after_head(response, guard, authority, deadline, watched),
+) -> impl Future<Output = TryEnd> + Send {
+    let head = head_of_try(guard, authority, upstream, deadline, watched, client_failed);
+    head.map(move |head| match head {
+        Ok((response, guard, authority)) => {
+            after_head(response, guard, authority, deadline, watched)
+        }
         Err(failed) => TryEnd::Step(failed),
-    }
+    })
 }
 
 /// A try whose response head came: relayed, once its body is read if it is to be read whole
@@ -584,21 +584,22 @@ fn after_head(
     }
 }
 
-/// A try up to its response head: the response, or the step it failed with.
+/// A try up to its response head: the response (with the try's guard and replica), or the step
+/// it failed with.
 async fn head_of_try(
     mut guard: TryGuard,
-    authority: &Authority,
+    authority: Authority,
     upstream: Request<ProxyBody>,
     deadline: Instant,
     watched: bool,
     client_failed: Option<ClientFailed>,
-) -> Result<(Response<UpstreamBody>, TryGuard), Step> {
+) -> Result<(Response<UpstreamBody>, TryGuard, Authority), Step> {
     let cluster = Arc::clone(&guard.cluster);
     let upstream_pool = cluster.upstream(guard.worker);
     let sent = {
         // Pinned here, once: moved into either wrapper, it would be held twice in this future,
         // which is copied whole when it is boxed.
-        let mut send = std::pin::pin!(upstream_pool.send(guard.replica, authority, upstream));
+        let mut send = std::pin::pin!(upstream_pool.send(guard.replica, &authority, upstream));
         if watched {
             until_deadline(deadline, send.as_mut()).await
         } else {
@@ -629,7 +630,7 @@ async fn head_of_try(
             tracing::debug!(cluster = cluster.name(), replica = %authority, %error, "try failed");
             Err(unavailable(error.is_connect()))
         }
-        Some(Ok(response)) => Ok((response, guard)),
+        Some(Ok(response)) => Ok((response, guard, authority)),
     }
 }
 

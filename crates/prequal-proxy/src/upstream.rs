@@ -220,6 +220,9 @@ impl Pool {
             request.headers_mut().insert(http::header::HOST, host);
         }
         loop {
+            // A new connection's future (a TCP connect, perhaps a TLS handshake) is boxed: a
+            // reused connection is the common case, and inline it would add over a kilobyte to
+            // every try's future, which is copied whole when the try is boxed.
             let (mut sender, reused) = match self.checkout(replica) {
                 Some((sender, true)) => (sender, true),
                 Some((mut sender, false)) => {
@@ -231,11 +234,11 @@ impl Pool {
                         Ok(Err(_)) => continue,
                         Err(_) => {
                             self.put_aside(replica, sender);
-                            (self.connect(authority).await?, false)
+                            (Box::pin(self.connect(authority)).await?, false)
                         }
                     }
                 }
-                None => (self.connect(authority).await?, false),
+                None => (Box::pin(self.connect(authority)).await?, false),
             };
             match sender.try_send_request(request).await {
                 Ok(response) => {
