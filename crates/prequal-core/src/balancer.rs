@@ -13,8 +13,10 @@
 //! - **Retry exclusion**: a retry or a hedge goes to a replica its request has not tried; when
 //!   the policy picks a tried one, another is drawn uniformly from the untried ones (those not
 //!   ramping up first). [`Strict::No`] falls back to a tried replica when no other is left (a
-//!   retry on a one-replica cluster), [`Strict::Yes`] never does (a hedge would only double the
-//!   load on the replica it races).
+//!   retry on a one-replica cluster), [`Strict::Yes`] never does (a retry beside a try still
+//!   out would only double the load on the replica it races), and [`Strict::Hedge`] goes, with
+//!   hedging's `idle_only` (the default), to a replica with none of this balancer's tries in
+//!   flight and alive since the request started, while one is.
 //! - **Retries**: a failed try is tried again while the request has attempts left
 //!   (`max_attempts`, the first try included) and the [`crate::retry_budget`] admits it.
 //! - **Hedging** ([`crate::hedge`]): when a request's hedge falls due, and whether it has an
@@ -82,6 +84,12 @@ mod config;
 
 pub use self::config::{BalancerConfig, RetryDecision, Strict};
 
+/// How many times its replica's usual successful try a request's first try must have waited
+/// for its hedge to go while no replica is idle (see [`crate::hedge::HedgeConfig::idle_only`]).
+/// In a queue near capacity a wait is roughly exponential, and one past four times the mean
+/// comes about once in fifty; a hung replica's tries pass it all.
+pub const STALLED: u64 = 4;
+
 /// A replica as the balancer knows it.
 #[derive(Clone, Copy, Debug)]
 struct Member {
@@ -96,6 +104,31 @@ struct Member {
     /// When it last showed itself alive: a try of it ended successfully, or it answered a
     /// probe or sent a load report (None before the first).
     alive_at: Option<Time>,
+    /// This balancer's tries sent to it that have not ended.
+    in_flight: u32,
+    /// Its last load report (a probe reply or one piggybacked on a response): when it came,
+    /// and the requests in flight it reported, every client's.
+    reported: Option<(Time, u32)>,
+}
+
+impl Member {
+    /// Whether a hedge may go to it without queueing, with `idle_only`: none of this
+    /// balancer's tries in flight, nor any request in flight in its last load report if that
+    /// came since `since` (behind several balancers, the others' load), alive since `since` (a
+    /// black hole's tries end as timeouts, and it is then idle too, but shows nothing), and a
+    /// usual successful try no longer than `delay_nanos`, the hedge delay (a replica the policy
+    /// passes over for being slow is idle too; one not known yet counts as fast).
+    fn idle(&self, since: Time, delay_nanos: u64) -> bool {
+        // A report since then that says other clients have requests there: busy, though not
+        // with this balancer's.
+        let others_busy = self
+            .reported
+            .is_some_and(|(at, rif)| at >= since && rif > 0);
+        self.in_flight == 0
+            && !others_busy
+            && self.alive_at.is_some_and(|at| at >= since)
+            && self.usual_nanos <= delay_nanos
+    }
 }
 
 /// A policy with outlier ejection, slow start, retry exclusion, the retry budget and hedging
@@ -168,6 +201,8 @@ impl Balancer {
                 in_policy: true,
                 usual_nanos: 0,
                 alive_at: None,
+                in_flight: 0,
+                reported: None,
             };
             if self.members.insert(id, member) {
                 self.policy
@@ -249,6 +284,30 @@ impl Balancer {
             .any(|(id, m)| m.in_policy && !tried.contains(&id))
     }
 
+    /// Whether some usable replica not in `tried` is idle since `since` ([`Member::idle`]):
+    /// where a hedge may go with `idle_only` ([`crate::hedge::HedgeConfig`]). Pure.
+    fn has_idle_untried(&self, tried: &[ReplicaId], since: Time) -> bool {
+        let delay = self.hedge_delay_nanos();
+        self.members
+            .iter()
+            .any(|(id, m)| m.in_policy && m.idle(since, delay) && !tried.contains(&id))
+    }
+
+    /// The hedge delay in nanoseconds; the most there is while it is still being learned.
+    fn hedge_delay_nanos(&self) -> u64 {
+        self.hedger.delay().map_or(u64::MAX, duration_nanos)
+    }
+
+    /// For a try dispatched with `strict`, the time since which a replica it goes to must have
+    /// shown itself alive with nothing in flight (a hedge with `idle_only`); None when any may
+    /// take it.
+    fn idle_since(&self, strict: Strict) -> Option<Time> {
+        match strict {
+            Strict::Hedge(since) if self.hedger.config().idle_only => Some(since),
+            _ => None,
+        }
+    }
+
     /// Chooses a replica for `query` (the policy's choice; see [`Balancer::dispatch`]).
     pub fn pick(&mut self, query: &Query, now: Time, rng: &mut dyn RngCore) -> Pick {
         self.policy.pick(query, now, rng)
@@ -293,13 +352,27 @@ impl Balancer {
             Pick::Replica(r) => self.members.get(r).filter(|m| m.in_policy).map(|m| (r, *m)),
             Pick::Pending | Pick::NoReplica => None,
         };
+        let idle = self.idle_since(strict);
         let mut chosen = picked.map(|(r, _)| r);
-        if chosen.is_none_or(|r| tried.contains(&r)) {
-            let fallback = match strict {
-                Strict::No => chosen,
-                Strict::Yes => None,
+        let delay = self.hedge_delay_nanos();
+        let busy = |r: ReplicaId| {
+            idle.is_some_and(|since| self.members.get(r).is_some_and(|m| !m.idle(since, delay)))
+        };
+        if chosen.is_none_or(|r| tried.contains(&r) || busy(r)) {
+            chosen = if let Some(since) = idle {
+                // The idle replica that answers soonest by its usual try (one the policy passed
+                // over may be idle for being slow); with none idle (the hedge of a stalled try,
+                // `poll_hedge`), the policy's pick.
+                self.fastest_idle(tried, since)
+                    .or(chosen.filter(|r| !tried.contains(r)))
+                    .or_else(|| self.alternative(tried, None, now, rng))
+            } else {
+                let fallback = match strict {
+                    Strict::No => chosen,
+                    Strict::Yes | Strict::Hedge(_) => None,
+                };
+                self.alternative(tried, None, now, rng).or(fallback)
             };
-            chosen = self.alternative(tried, now, rng).or(fallback);
             tracing::trace!(
                 ?pick,
                 ?chosen,
@@ -313,7 +386,7 @@ impl Balancer {
             if rng.random_bool((1.0 - factor).clamp(0.0, 1.0)) {
                 let mut skip = tried.to_vec();
                 skip.push(r);
-                chosen = self.alternative(&skip, now, rng).or(chosen);
+                chosen = self.alternative(&skip, idle, now, rng).or(chosen);
                 tracing::trace!(%r, factor, ?chosen, "passed over: ramping up");
             }
         }
@@ -322,20 +395,38 @@ impl Balancer {
 
     /// The second half of [`Balancer::dispatch`]: a try of `query` was sent to `replica`.
     pub fn dispatched(&mut self, replica: ReplicaId, query: QueryId, now: Time) {
+        if let Some(member) = self.members.get_mut(replica) {
+            member.in_flight += 1;
+        }
         self.policy.on_dispatch(replica, query, now);
     }
 
-    /// A usable replica outside `exclude`, uniformly at random, preferring ones not ramping up.
+    /// The usable replica outside `exclude`, idle since `since` ([`Member::idle`]), whose usual
+    /// successful try is the shortest (one with none known yet after every known one; ties to
+    /// the lowest id). Draws nothing.
+    fn fastest_idle(&self, exclude: &[ReplicaId], since: Time) -> Option<ReplicaId> {
+        let delay = self.hedge_delay_nanos();
+        self.members
+            .iter()
+            .filter(|(id, m)| m.in_policy && m.idle(since, delay) && !exclude.contains(id))
+            .min_by_key(|(id, m)| (m.usual_nanos.wrapping_sub(1), id.0))
+            .map(|(id, _)| id)
+    }
+
+    /// A usable replica outside `exclude` (and, with `idle`, idle since then:
+    /// [`Member::idle`]), uniformly at random, preferring ones not ramping up.
     fn alternative(
         &self,
         exclude: &[ReplicaId],
+        idle: Option<Time>,
         now: Time,
         rng: &mut dyn RngCore,
     ) -> Option<ReplicaId> {
+        let delay = self.hedge_delay_nanos();
         let usable = || {
-            self.members
-                .iter()
-                .filter(|(id, m)| m.in_policy && !exclude.contains(id))
+            self.members.iter().filter(move |(id, m)| {
+                m.in_policy && !exclude.contains(id) && idle.is_none_or(|s| m.idle(s, delay))
+            })
         };
         let settled: Vec<ReplicaId> = usable()
             .filter(|(_, m)| !self.ramping(m, now))
@@ -363,6 +454,9 @@ impl Balancer {
         report: Option<&LoadReport>,
         now: Time,
     ) -> Option<Ejection> {
+        if let Some(member) = self.members.get_mut(replica) {
+            member.in_flight = member.in_flight.saturating_sub(1);
+        }
         self.policy.on_complete(replica, completion, now);
         if completion.outcome == Outcome::Success
             && let Some(member) = self.members.get_mut(replica)
@@ -376,7 +470,7 @@ impl Balancer {
         }
         if let Some(report) = report {
             // Whatever the outcome, a replica that sent a report is alive.
-            self.seen_alive(replica, now);
+            self.seen_reported(replica, report, now);
             self.policy.on_load_report(replica, report, now);
         }
         if completion.outcome == Outcome::Cancelled {
@@ -453,7 +547,7 @@ impl Balancer {
     /// ([`Balancer::on_complete`]'s `report`): it leaves the query out, and the policy takes the
     /// query's one off when it hears of the end, so the end must come first.
     pub fn on_load_report(&mut self, replica: ReplicaId, report: &LoadReport, now: Time) {
-        self.seen_alive(replica, now);
+        self.seen_reported(replica, report, now);
         self.policy.on_load_report(replica, report, now);
     }
 
@@ -475,14 +569,15 @@ impl Balancer {
         now: Time,
         rng: &mut dyn RngCore,
     ) {
-        self.seen_alive(probe.replica, now);
+        self.seen_reported(probe.replica, report, now);
         self.policy.on_probe_reply(probe, report, now, rng);
     }
 
-    /// `replica` showed itself alive at `now`.
-    fn seen_alive(&mut self, replica: ReplicaId, now: Time) {
+    /// `replica` reported its load at `now`, and so showed itself alive.
+    fn seen_reported(&mut self, replica: ReplicaId, report: &LoadReport, now: Time) {
         if let Some(member) = self.members.get_mut(replica) {
             member.alive_at = Some(now);
+            member.reported = Some((now, report.rif));
         }
     }
 
@@ -605,7 +700,11 @@ impl Balancer {
     /// hedges and tried `tried`, hedges at `now` ([`HedgeDecision::Now`] charges the hedge
     /// budget), later, or never. None when every usable replica is in `tried`: a hedge goes
     /// only to a replica the request has not tried, and one with nowhere to go is neither
-    /// charged nor counted.
+    /// charged nor counted. With `idle_only` ([`crate::hedge::HedgeConfig`]) a hedge that is
+    /// due while every untried usable replica has tries of this balancer in flight is held
+    /// back, uncharged, and asked about again a step later ([`Hedger::held_back`]); the driver
+    /// dispatches one that goes with [`Strict::Hedge`] (`started`), which sends it to an idle
+    /// replica.
     pub fn poll_hedge(
         &mut self,
         started: Time,
@@ -616,7 +715,28 @@ impl Balancer {
         if !self.has_untried(tried) {
             return None;
         }
+        if self.hedger.config().idle_only
+            && !self.has_idle_untried(tried, started)
+            && !self.stalled(tried.first().copied(), started, now)
+        {
+            return Some(self.hedger.held_back(started, hedges_sent, now));
+        }
         Some(self.hedger.poll_hedge(started, hedges_sent, now))
+    }
+
+    /// Whether a request whose first try went to `replica` at `started` has waited at `now`
+    /// more than [`STALLED`] times the shorter of that replica's usual successful try and the
+    /// hedge delay (the cluster's usual slow try): more than a busy replica's queue explains, a
+    /// replica hung or slowed down (one whose usual time has grown with its slowness is still
+    /// held to the cluster's). Its hedge goes even when no replica is idle. Pure.
+    fn stalled(&self, replica: Option<ReplicaId>, started: Time, now: Time) -> bool {
+        let delay = self.hedge_delay_nanos();
+        let usual = match replica.and_then(|r| self.members.get(r)) {
+            Some(m) if m.usual_nanos > 0 => m.usual_nanos.min(delay),
+            _ => delay,
+        };
+        usual < u64::MAX
+            && duration_nanos(now.saturating_since(started)) > usual.saturating_mul(STALLED)
     }
 }
 

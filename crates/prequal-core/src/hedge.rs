@@ -106,6 +106,16 @@ pub struct HedgeConfig {
     /// Most hedges one request may send (its tries are at most `1 + max_hedges`).
     /// Default 1; 1 to 16.
     pub max_hedges: u32,
+    /// A hedge goes only to a replica with none of this balancer's tries in flight (the
+    /// fastest such by its usual try when the policy picks a busy one); while every replica it
+    /// could go to has some, it waits (uncharged) and is asked again, unless its first try has
+    /// waited more than four times its replica's usual successful try (a replica hung or
+    /// slowed, [`crate::balancer::STALLED`]), when it goes to the policy's pick. A hedge is a
+    /// whole second query whose work a replica that does not stop on cancellation finishes
+    /// anyway: sent to a busy replica it queues behind others and adds load where there is
+    /// none to spare, which near capacity feeds on itself (more queueing, more hedges).
+    /// Default true; false hedges to the policy's pick whatever its load.
+    pub idle_only: bool,
 }
 
 impl Default for HedgeConfig {
@@ -121,6 +131,7 @@ impl Default for HedgeConfig {
             min_per_second: 1.0,
             window: Duration::from_secs(10),
             max_hedges: 1,
+            idle_only: true,
         }
     }
 }
@@ -315,6 +326,21 @@ impl Hedger {
             return HedgeDecision::At(due);
         }
         self.charge(hedges_sent, now)
+    }
+
+    /// What [`Hedger::poll_hedge`] says while the hedge may not go now (every replica it
+    /// could go to is busy, see [`HedgeConfig::idle_only`]): never, or a time to ask again,
+    /// the hedge's due time if it is later, else one step (`min_delay`, at least 1 ms) on.
+    /// Charges nothing. Pure.
+    pub fn held_back(&self, started: Time, hedges_sent: u32, now: Time) -> HedgeDecision {
+        if !self.config.enabled || hedges_sent >= self.config.max_hedges {
+            return HedgeDecision::Never;
+        }
+        let step = self.config.min_delay.max(Duration::from_millis(1));
+        match self.next_hedge_at(started, hedges_sent) {
+            Some(due) if due > now => HedgeDecision::At(due),
+            _ => HedgeDecision::At(now + step),
+        }
     }
 
     /// Asks the budget for one hedge at `now`.

@@ -183,7 +183,8 @@ pub async fn forward(
                 match cluster.poll_hedge(started, hedges_sent, &tries.tried) {
                     Some(Ok(())) => {
                         let last = attempts + 1 == config.max_attempts;
-                        if tries.start(&mut running, false, true, Strict::Yes, last).await {
+                        let strict = Strict::Hedge(started);
+                        if tries.start(&mut running, false, true, strict, last).await {
                             attempts += 1;
                             hedges_sent += 1;
                             // Asked again at once: it says when the next hedge, if any, is due.

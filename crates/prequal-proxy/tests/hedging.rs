@@ -137,8 +137,9 @@ async fn budget_bounds_hedges(proto: Proto) {
         b.set_delay_ms(20);
     }
     let refs: Vec<&Backend> = backends.iter().collect();
-    // Every request would be hedged after 2 ms; the budget allows 10% and no floor.
-    let extra = "hedge = { delay = \"2ms\", ratio = 0.1, min_per_second = 0.0 }";
+    // Every request would be hedged after 2 ms (`idle_only` off: no replica is idle here, and
+    // this is about the budget); the budget allows 10% and no floor.
+    let extra = "hedge = { delay = \"2ms\", ratio = 0.1, min_per_second = 0.0, idle_only = false }";
     let proxy = start_proxy(&config_text(&refs, proto, "\"round-robin\"", extra)).await;
     let client = client(proto);
     assert_eq!(load(&client, proxy.addr, 60, 4).await, 60);

@@ -62,8 +62,13 @@ impl BalancerConfig {
 pub enum Strict {
     /// Yes, when no other is left (a retry on a one-replica cluster).
     No,
-    /// Never (a hedge: a second try to the same replica would only double its load).
+    /// Never (a retry beside a try still out: a second try to the same replica would only
+    /// double its load).
     Yes,
+    /// Never, and with hedging's `idle_only` to a replica with none of this balancer's tries in
+    /// flight that showed itself alive since the given time, the hedged request's start (a
+    /// hedge; see [`crate::hedge::HedgeConfig::idle_only`]), the policy's pick when none is.
+    Hedge(crate::time::Time),
 }
 
 /// What [`super::Balancer::try_retry`] says about a failed try.

@@ -202,6 +202,7 @@ fn hedges_need_a_second_usable_replica_and_an_untried_one() {
     let config = BalancerConfig {
         hedge: HedgeConfig {
             delay: Some(Duration::from_millis(10)),
+            idle_only: false,
             ..HedgeConfig::default()
         },
         ..BalancerConfig::default()
@@ -222,6 +223,140 @@ fn hedges_need_a_second_usable_replica_and_an_untried_one() {
     }
     assert_eq!(b.usable_count(), 1);
     assert_eq!(b.hedge_plan(start), None);
+}
+
+/// Three replicas behind round robin, a fixed hedge delay of 30 ms and `idle_only` (the
+/// default), each replica seen to answer in `usual_ms` at time zero.
+fn idle_only_balancer(usual_ms: [u64; 3]) -> Balancer {
+    let config = BalancerConfig {
+        hedge: HedgeConfig {
+            delay: Some(Duration::from_millis(30)),
+            ..HedgeConfig::default()
+        },
+        outlier_ejection: false,
+        ..BalancerConfig::default()
+    };
+    let mut b = balancer("round-robin", &config, 3);
+    for (i, ms) in usual_ms.into_iter().enumerate() {
+        let completion = Completion {
+            query: QueryId(100 + i as u64),
+            latency: Duration::from_millis(ms),
+            outcome: Outcome::Success,
+        };
+        b.dispatched(ReplicaId(i as u32), completion.query, Time::ZERO);
+        b.on_complete(ReplicaId(i as u32), &completion, None, Time::ZERO);
+    }
+    b
+}
+
+#[test]
+fn a_hedge_goes_only_to_an_idle_replica_and_waits_uncharged_while_none_is() {
+    let mut b = idle_only_balancer([20, 20, 20]);
+    let mut r = rng(1);
+    let ms = Duration::from_millis;
+    let start = Time::ZERO;
+    let (first, other, idle) = (ReplicaId(0), ReplicaId(1), ReplicaId(2));
+    b.dispatched(first, QueryId(1), start);
+    b.dispatched(other, QueryId(2), start);
+    let tried = [first];
+    // Due at 30 ms, and replica 2 is idle: the hedge goes, and there even when the policy
+    // picks the busy replica 1.
+    assert_eq!(
+        b.poll_hedge(start, 0, &tried, start + ms(30)),
+        Some(HedgeDecision::Now)
+    );
+    let hedge = (&tried[..], Strict::Hedge(start));
+    assert_eq!(
+        b.resolve(Pick::Replica(other), hedge, start + ms(30), &mut r),
+        Some(idle)
+    );
+    assert_eq!(b.hedger().stats().sent, 1);
+    // Every untried replica busy: held back, uncharged, asked again a step (`min_delay`) on.
+    b.dispatched(idle, QueryId(3), start);
+    let held = b.poll_hedge(start, 0, &tried, start + ms(30));
+    assert_eq!(held, Some(HedgeDecision::At(start + ms(35))));
+    assert_eq!(b.hedger().stats().sent, 1);
+    // Past four times the shorter of the first replica's usual 20 ms and the 30 ms delay: a
+    // stalled try, hedged to the policy's pick whatever its load.
+    assert_eq!(
+        b.poll_hedge(start, 0, &tried, start + ms(81)),
+        Some(HedgeDecision::Now)
+    );
+    assert_eq!(
+        b.resolve(Pick::Replica(other), hedge, start + ms(81), &mut r),
+        Some(other)
+    );
+    // With `idle_only` off, the same busy cluster hedges at once.
+    let mut off = idle_only_balancer([20, 20, 20]);
+    off.hedger = Hedger::new(&HedgeConfig {
+        delay: Some(ms(30)),
+        idle_only: false,
+        ..HedgeConfig::default()
+    })
+    .unwrap();
+    for (i, replica) in ids(3).into_iter().enumerate() {
+        off.dispatched(replica, QueryId(i as u64), start);
+    }
+    assert_eq!(
+        off.poll_hedge(start, 0, &tried, start + ms(30)),
+        Some(HedgeDecision::Now)
+    );
+}
+
+#[test]
+fn an_idle_replica_that_is_silent_or_slow_takes_no_hedge() {
+    let ms = Duration::from_millis;
+    let mut r = rng(1);
+    let (first, busy, quiet) = (ReplicaId(0), ReplicaId(1), ReplicaId(2));
+    let tried = [first];
+    // Replica 2 is idle but has shown no life since the request started at 5 ms (a black
+    // hole whose tries timed out): it is no place for the hedge.
+    let mut b = idle_only_balancer([20, 20, 20]);
+    let start = Time::ZERO + ms(5);
+    b.dispatched(first, QueryId(1), start);
+    b.dispatched(busy, QueryId(2), start);
+    assert_eq!(
+        b.poll_hedge(start, 0, &tried, start + ms(30)),
+        Some(HedgeDecision::At(start + ms(35)))
+    );
+    // Once it answers a probe (reporting nothing in flight) it is alive again, and takes the
+    // hedge; a report of other clients' requests there would keep it busy.
+    let probe = ProbeRequest {
+        id: crate::policy::ProbeId(1),
+        replica: quiet,
+        query: None,
+        hint: None,
+    };
+    let report = LoadReport::default();
+    let loaded = LoadReport {
+        rif: 2,
+        ..LoadReport::default()
+    };
+    b.on_probe_reply(&probe, &loaded, start + ms(31), &mut r);
+    assert_eq!(
+        b.poll_hedge(start, 0, &tried, start + ms(32)),
+        Some(HedgeDecision::At(start + ms(37)))
+    );
+    b.on_probe_reply(&probe, &report, start + ms(33), &mut r);
+    assert_eq!(
+        b.poll_hedge(start, 0, &tried, start + ms(34)),
+        Some(HedgeDecision::Now)
+    );
+    let hedge = (&tried[..], Strict::Hedge(start));
+    assert_eq!(
+        b.resolve(Pick::Replica(busy), hedge, start + ms(34), &mut r),
+        Some(quiet)
+    );
+    // An idle replica whose usual try (40 ms) is slower than the hedge delay (30 ms) is idle
+    // for being slow: the hedge waits for a stall instead.
+    let mut b = idle_only_balancer([20, 20, 40]);
+    let start = Time::ZERO;
+    b.dispatched(first, QueryId(1), start);
+    b.dispatched(busy, QueryId(2), start);
+    assert_eq!(
+        b.poll_hedge(start, 0, &tried, start + ms(30)),
+        Some(HedgeDecision::At(start + ms(35)))
+    );
 }
 
 #[test]

@@ -9,7 +9,8 @@ use crate::engine::{Event, Sim};
 
 impl Sim<'_> {
     /// The balancer's decision for `query` on `pick`: the replicas its query tried are excluded
-    /// (for a hedge strictly, for a retry unless none other is left), ejected ones replaced,
+    /// (for a hedge strictly, and with `idle_only` busy ones too; for a retry beside another
+    /// try strictly; for a retry alone unless none other is left), ejected ones replaced,
     /// ramping ones passed over by chance; the policy hears of the dispatch.
     pub(super) fn commit(&mut self, c: u32, query: u64, pick: Pick) -> Option<ReplicaId> {
         let client = &mut self.clients[c as usize];
@@ -18,6 +19,9 @@ impl Sim<'_> {
             // A hedge, or a retry beside other tries, must go elsewhere; a retry with no other
             // try out only prefers a replica not tried (as a retry without hedging).
             (Some(key), Some(h)) => match h.requests.get(key) {
+                Some(r) if slot.kind == TryKind::Hedge => {
+                    (&r.tried, Strict::Hedge(r.first_sent.unwrap_or(self.now)))
+                }
                 Some(r) if r.tries.len() > 1 => (&r.tried, Strict::Yes),
                 Some(r) => (&r.tried, Strict::No),
                 None => (&[], Strict::No),
