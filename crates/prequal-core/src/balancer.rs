@@ -84,10 +84,11 @@ mod config;
 
 pub use self::config::{BalancerConfig, RetryDecision, Strict};
 
-/// How many times its replica's usual successful try a request's first try must have waited
-/// for its hedge to go while no replica is idle (see [`crate::hedge::HedgeConfig::idle_only`]).
-/// In a queue near capacity a wait is roughly exponential, and one past four times the mean
-/// comes about once in fifty; a hung replica's tries pass it all.
+/// How many times the shorter of its replica's usual successful try and the hedge delay a
+/// request's first try must have waited for its hedge to go while no replica is idle (see
+/// [`crate::hedge::HedgeConfig::idle_only`]). In a queue near capacity a wait is roughly
+/// exponential, and one past four times the mean comes about once in fifty; a hung replica's
+/// tries pass it all.
 pub const STALLED: u64 = 4;
 
 /// A replica as the balancer knows it.
@@ -701,10 +702,10 @@ impl Balancer {
     /// budget), later, or never. None when every usable replica is in `tried`: a hedge goes
     /// only to a replica the request has not tried, and one with nowhere to go is neither
     /// charged nor counted. With `idle_only` ([`crate::hedge::HedgeConfig`]) a hedge that is
-    /// due while every untried usable replica has tries of this balancer in flight is held
-    /// back, uncharged, and asked about again a step later ([`Hedger::held_back`]); the driver
-    /// dispatches one that goes with [`Strict::Hedge`] (`started`), which sends it to an idle
-    /// replica.
+    /// due while no untried usable replica is idle ([`Member::idle`]) is held back, uncharged,
+    /// and asked about again a step later ([`Hedger::held_back`]), unless its first try has
+    /// stalled; the driver dispatches one that goes with [`Strict::Hedge`] (`started`), which
+    /// sends it to an idle replica while there is one.
     pub fn poll_hedge(
         &mut self,
         started: Time,
