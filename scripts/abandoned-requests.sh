@@ -22,13 +22,7 @@ if [ -z "${BIN:-}" ]; then
     cargo build --release -q -p prequal
     BIN=$PWD/target/release/prequal
 fi
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+scratch
 
 cat >"$WORK/replica.py" <<'PY'
 import http.server, socketserver, sys, time

@@ -32,13 +32,7 @@ FACTORS=(1 1 1 1 1 1 1.5 2 2.5 3)
 CAPACITY=1580
 cargo build --release -q -p prequal
 BIN=$PWD/target/release/prequal
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+scratch
 
 cat >"$WORK/replica.py" <<'PY'
 # port, factor, seed, slow-flag file: 4 workers, FIFO (a semaphore's waiters wake in order).

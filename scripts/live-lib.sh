@@ -9,3 +9,11 @@ wait_port() {
     echo "port $1 never opened" >&2
     exit 1
 }
+
+# Sets WORK, a scratch directory, and PIDS, the processes to stop; on exit the processes are
+# killed and the directory removed.
+scratch() {
+    WORK=$(mktemp -d)
+    PIDS=()
+    trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"' EXIT
+}
