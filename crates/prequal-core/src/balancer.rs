@@ -701,11 +701,11 @@ impl Balancer {
     /// hedges and tried `tried`, hedges at `now` ([`HedgeDecision::Now`] charges the hedge
     /// budget), later, or never. None when every usable replica is in `tried`: a hedge goes
     /// only to a replica the request has not tried, and one with nowhere to go is neither
-    /// charged nor counted. With `idle_only` ([`crate::hedge::HedgeConfig`]) a hedge that is
-    /// due while no untried usable replica is idle ([`Member::idle`]) is held back, uncharged,
-    /// and asked about again a step later ([`Hedger::held_back`]), unless its first try has
-    /// stalled; the driver dispatches one that goes with [`Strict::Hedge`] (`started`), which
-    /// sends it to an idle replica while there is one.
+    /// charged nor counted. With [`crate::hedge::HedgeConfig::idle_only`] a hedge that is due
+    /// while no untried usable replica is idle is held back, uncharged, and asked about again a
+    /// step later ([`Hedger::held_back`]), unless its first try has stalled; the driver
+    /// dispatches one that goes with [`Strict::Hedge`] (`started`), which sends it to an idle
+    /// replica while there is one.
     pub fn poll_hedge(
         &mut self,
         started: Time,
