@@ -117,8 +117,10 @@ impl Member {
     /// balancer's tries in flight, nor any request in flight in its last load report if that
     /// came since `since` (behind several balancers, the others' load), alive since `since` (a
     /// black hole's tries end as timeouts, and it is then idle too, but shows nothing), and a
-    /// usual successful try no longer than `delay_nanos`, the hedge delay (a replica the policy
-    /// passes over for being slow is idle too; one not known yet counts as fast).
+    /// usual successful try no longer than [`STALLED`] times `delay_nanos`, the hedge delay (a
+    /// replica the policy passes over for being slow is idle too; one not known yet counts as
+    /// fast). The delay is learned from the time to a response's head and the usual try runs
+    /// to its end, so the margin is wide.
     fn idle(&self, since: Time, delay_nanos: u64) -> bool {
         // A report since then that says other clients have requests there: busy, though not
         // with this balancer's.
@@ -128,7 +130,7 @@ impl Member {
         self.in_flight == 0
             && !others_busy
             && self.alive_at.is_some_and(|at| at >= since)
-            && self.usual_nanos <= delay_nanos
+            && self.usual_nanos <= delay_nanos.saturating_mul(STALLED)
     }
 }
 
@@ -725,14 +727,21 @@ impl Balancer {
         Some(self.hedger.poll_hedge(started, hedges_sent, now))
     }
 
-    /// Whether a request whose first try went to `replica` at `started` has waited at `now`
-    /// more than [`STALLED`] times the shorter of that replica's usual successful try and the
-    /// hedge delay (the cluster's usual slow try): more than a busy replica's queue explains, a
+    /// Whether a request whose first try went to `replica` at `started` has stalled at `now`:
+    /// the replica has shown no life since (no try of it ended successfully, it answered no
+    /// probe and sent no report: a host stopped or cut off), or the try has waited more than
+    /// [`STALLED`] times the shorter of that replica's usual successful try and the hedge
+    /// delay (the cluster's usual slow try): more than a busy replica's queue explains, a
     /// replica hung or slowed down (one whose usual time has grown with its slowness is still
-    /// held to the cluster's). Its hedge goes even when no replica is idle. Pure.
+    /// held to the cluster's). Its hedge goes, when due, even when no replica is idle. Pure.
     fn stalled(&self, replica: Option<ReplicaId>, started: Time, now: Time) -> bool {
         let delay = self.hedge_delay_nanos();
-        let usual = match replica.and_then(|r| self.members.get(r)) {
+        let member = replica.and_then(|r| self.members.get(r));
+        if member.is_some_and(|m| m.alive_at.is_none_or(|at| at < started)) {
+            // Silent since the try was sent: no answer, no probe reply, no report.
+            return true;
+        }
+        let usual = match member {
             Some(m) if m.usual_nanos > 0 => m.usual_nanos.min(delay),
             _ => delay,
         };

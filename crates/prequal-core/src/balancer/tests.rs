@@ -309,35 +309,40 @@ fn an_idle_replica_that_is_silent_or_slow_takes_no_hedge() {
     let mut r = rng(1);
     let (first, busy, quiet) = (ReplicaId(0), ReplicaId(1), ReplicaId(2));
     let tried = [first];
+    let probe = |replica| ProbeRequest {
+        id: crate::policy::ProbeId(1),
+        replica,
+        query: None,
+        hint: None,
+    };
+    let (report, loaded) = (
+        LoadReport::default(),
+        LoadReport {
+            rif: 2,
+            ..LoadReport::default()
+        },
+    );
     // Replica 2 is idle but has shown no life since the request started at 5 ms (a black
-    // hole whose tries timed out): it is no place for the hedge.
+    // hole whose tries timed out): it is no place for the hedge. (The first try's replica
+    // and the busy one answer probes: they are alive, and the first try is not stalled.)
     let mut b = idle_only_balancer([20, 20, 20]);
     let start = Time::ZERO + ms(5);
     b.dispatched(first, QueryId(1), start);
     b.dispatched(busy, QueryId(2), start);
+    b.on_probe_reply(&probe(first), &loaded, start + ms(1), &mut r);
+    b.on_probe_reply(&probe(busy), &loaded, start + ms(1), &mut r);
     assert_eq!(
         b.poll_hedge(start, 0, &tried, start + ms(30)),
         Some(HedgeDecision::At(start + ms(35)))
     );
     // Once it answers a probe (reporting nothing in flight) it is alive again, and takes the
     // hedge; a report of other clients' requests there would keep it busy.
-    let probe = ProbeRequest {
-        id: crate::policy::ProbeId(1),
-        replica: quiet,
-        query: None,
-        hint: None,
-    };
-    let report = LoadReport::default();
-    let loaded = LoadReport {
-        rif: 2,
-        ..LoadReport::default()
-    };
-    b.on_probe_reply(&probe, &loaded, start + ms(31), &mut r);
+    b.on_probe_reply(&probe(quiet), &loaded, start + ms(31), &mut r);
     assert_eq!(
         b.poll_hedge(start, 0, &tried, start + ms(32)),
         Some(HedgeDecision::At(start + ms(37)))
     );
-    b.on_probe_reply(&probe, &report, start + ms(33), &mut r);
+    b.on_probe_reply(&probe(quiet), &report, start + ms(33), &mut r);
     assert_eq!(
         b.poll_hedge(start, 0, &tried, start + ms(34)),
         Some(HedgeDecision::Now)
@@ -347,15 +352,29 @@ fn an_idle_replica_that_is_silent_or_slow_takes_no_hedge() {
         b.resolve(Pick::Replica(busy), hedge, start + ms(34), &mut r),
         Some(quiet)
     );
-    // An idle replica whose usual try (40 ms) is slower than the hedge delay (30 ms) is idle
-    // for being slow: the hedge waits for a stall instead.
-    let mut b = idle_only_balancer([20, 20, 40]);
+    // An idle replica whose usual try (130 ms) is over four times the hedge delay (30 ms) is
+    // idle for being slow: the hedge waits for a stall instead.
+    let mut b = idle_only_balancer([20, 20, 130]);
     let start = Time::ZERO;
     b.dispatched(first, QueryId(1), start);
     b.dispatched(busy, QueryId(2), start);
     assert_eq!(
         b.poll_hedge(start, 0, &tried, start + ms(30)),
         Some(HedgeDecision::At(start + ms(35)))
+    );
+    // A first try whose replica has shown no life since it was sent (a host stopped) has
+    // stalled: its hedge goes when due, idle replica or not.
+    let mut b = idle_only_balancer([20, 20, 130]);
+    let start = Time::ZERO + ms(5);
+    b.dispatched(first, QueryId(1), start);
+    b.dispatched(busy, QueryId(2), start);
+    assert_eq!(
+        b.poll_hedge(start, 0, &tried, start + ms(10)),
+        Some(HedgeDecision::At(start + ms(30)))
+    );
+    assert_eq!(
+        b.poll_hedge(start, 0, &tried, start + ms(30)),
+        Some(HedgeDecision::Now)
     );
 }
 
