@@ -12,11 +12,12 @@
 //!   while it ramps up, so a cold replica is not flooded for looking idle.
 //! - **Retry exclusion**: a retry or a hedge goes to a replica its request has not tried; when
 //!   the policy picks a tried one, another is drawn uniformly from the untried ones (those not
-//!   ramping up first). [`Strict::No`] falls back to a tried replica when no other is left (a
-//!   retry on a one-replica cluster), [`Strict::Yes`] never does (a retry beside a try still
-//!   out would only double the load on the replica it races), and [`Strict::Hedge`] goes, with
-//!   hedging's `idle_only` (the default), to a replica with none of this balancer's tries in
-//!   flight and alive since the request started, while one is.
+//!   ramping up first; a hedge under `idle_only`, the fastest idle one). [`Strict::No`] falls
+//!   back to a tried replica when no other is left (a retry on a one-replica cluster),
+//!   [`Strict::Yes`] never does (a retry beside a try still out would only double the load on
+//!   the replica it races), and [`Strict::Hedge`] goes, with hedging's `idle_only` (the
+//!   default), to an idle replica while there is one (none of this balancer's tries in flight,
+//!   none in its last load report, alive since the request started).
 //! - **Retries**: a failed try is tried again while the request has attempts left
 //!   (`max_attempts`, the first try included) and the [`crate::retry_budget`] admits it.
 //! - **Hedging** ([`crate::hedge`]): when a request's hedge falls due, and whether it has an
@@ -720,25 +721,29 @@ impl Balancer {
         }
         if self.hedger.config().idle_only
             && !self.has_idle_untried(tried, started)
-            && !self.stalled(tried.first().copied(), started, now)
+            && !self.stalled(tried.last().copied(), started, now)
         {
             return Some(self.hedger.held_back(started, hedges_sent, now));
         }
         Some(self.hedger.poll_hedge(started, hedges_sent, now))
     }
 
-    /// Whether a request whose first try went to `replica` at `started` has stalled at `now`:
-    /// the replica has shown no life since (no try of it ended successfully, it answered no
-    /// probe and sent no report: a host stopped or cut off), or the try has waited more than
-    /// [`STALLED`] times the shorter of that replica's usual successful try and the hedge
-    /// delay (the cluster's usual slow try): more than a busy replica's queue explains, a
-    /// replica hung or slowed down (one whose usual time has grown with its slowness is still
-    /// held to the cluster's). Its hedge goes, when due, even when no replica is idle. Pure.
+    /// Whether a request that started at `started` and whose latest try went to `replica` has
+    /// stalled at `now`: the replica, one that reports its load, has shown no life since (no
+    /// try of it ended successfully, it answered no probe and sent no report: a host stopped
+    /// or cut off), or the request has waited more than [`STALLED`] times the shorter of that
+    /// replica's usual successful try and the hedge delay (the cluster's usual slow try): more
+    /// than a busy replica's queue explains, a replica hung or slowed down (one whose usual
+    /// time has grown with its slowness is still held to the cluster's). Its hedge goes, when
+    /// due, even when no replica is idle. Pure.
     fn stalled(&self, replica: Option<ReplicaId>, started: Time, now: Time) -> bool {
         let delay = self.hedge_delay_nanos();
         let member = replica.and_then(|r| self.members.get(r));
-        if member.is_some_and(|m| m.alive_at.is_none_or(|at| at < started)) {
-            // Silent since the try was sent: no answer, no probe reply, no report.
+        // Silent since the try was sent, from a replica that reports its load (whose probe
+        // replies would have shown it alive): no answer, no probe reply, no report. One that
+        // never reports shows life only by answering, which a busy one may not do for a while.
+        if member.is_some_and(|m| m.reported.is_some() && m.alive_at.is_none_or(|at| at < started))
+        {
             return true;
         }
         let usual = match member {

@@ -65,9 +65,10 @@ pub enum Strict {
     /// Never (a retry beside a try still out: a second try to the same replica would only
     /// double its load).
     Yes,
-    /// Never, and with hedging's `idle_only` to a replica with none of this balancer's tries in
-    /// flight that showed itself alive since the given time, the hedged request's start (a
-    /// hedge; see [`crate::hedge::HedgeConfig::idle_only`]), the policy's pick when none is.
+    /// Never, and with hedging's `idle_only` to an idle replica (none of this balancer's tries
+    /// in flight, none in its last load report, alive since the given time, the hedged
+    /// request's start, and usually not much slower than the hedge delay; see
+    /// [`crate::hedge::HedgeConfig::idle_only`]), the policy's pick when none is.
     Hedge(crate::time::Time),
 }
 

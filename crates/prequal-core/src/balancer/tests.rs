@@ -362,9 +362,10 @@ fn an_idle_replica_that_is_silent_or_slow_takes_no_hedge() {
         b.poll_hedge(start, 0, &tried, start + ms(30)),
         Some(HedgeDecision::At(start + ms(35)))
     );
-    // A first try whose replica has shown no life since it was sent (a host stopped) has
-    // stalled: its hedge goes when due, idle replica or not.
+    // A first try whose replica, one that answers probes, has shown no life since it was
+    // sent (a host stopped) has stalled: its hedge goes when due, idle replica or not.
     let mut b = idle_only_balancer([20, 20, 130]);
+    b.on_probe_reply(&probe(first), &loaded, Time::ZERO, &mut r);
     let start = Time::ZERO + ms(5);
     b.dispatched(first, QueryId(1), start);
     b.dispatched(busy, QueryId(2), start);
