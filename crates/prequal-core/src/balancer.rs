@@ -113,25 +113,32 @@ struct Member {
     reported: Option<(Time, u32)>,
 }
 
-impl Member {
-    /// Whether a hedge may go to it without queueing, with `idle_only`: none of this
-    /// balancer's tries in flight, nor any request in flight in its last load report if that
-    /// came since `since` (behind several balancers, the others' load), alive since `since` (a
-    /// black hole's tries end as timeouts, and it is then idle too, but shows nothing), and a
-    /// usual successful try no longer than [`STALLED`] times `delay_nanos`, the hedge delay (a
-    /// replica the policy passes over for being slow is idle too; one not known yet counts as
-    /// fast). The delay is learned from the time to a response's head and the usual try runs
-    /// to its end, so the margin is wide.
-    fn idle(&self, since: Time, delay_nanos: u64) -> bool {
+/// What makes a replica idle enough for a hedge with `idle_only`, for a request that started
+/// at `since`, under the hedge delay `delay_nanos` (read once: it is a quantile).
+#[derive(Clone, Copy, Debug)]
+struct Idle {
+    since: Time,
+    delay_nanos: u64,
+}
+
+impl Idle {
+    /// Whether a hedge may go to `m` without queueing: none of this balancer's tries in
+    /// flight, nor any request in flight in its last load report if that came since `since`
+    /// (behind several balancers, the others' load), alive since `since` (a black hole's tries
+    /// end as timeouts, and it is then idle too, but shows nothing), and a usual successful try
+    /// no longer than [`STALLED`] times the hedge delay (a replica the policy passes over for
+    /// being slow is idle too; one not known yet counts as fast). The delay is learned from the
+    /// time to a response's head and the usual try runs to its end, so the margin is wide.
+    fn admits(self, m: &Member) -> bool {
         // A report since then that says other clients have requests there: busy, though not
         // with this balancer's.
-        let others_busy = self
+        let others_busy = m
             .reported
-            .is_some_and(|(at, rif)| at >= since && rif > 0);
-        self.in_flight == 0
+            .is_some_and(|(at, rif)| at >= self.since && rif > 0);
+        m.in_flight == 0
             && !others_busy
-            && self.alive_at.is_some_and(|at| at >= since)
-            && self.usual_nanos <= delay_nanos.saturating_mul(STALLED)
+            && m.alive_at.is_some_and(|at| at >= self.since)
+            && m.usual_nanos <= self.delay_nanos.saturating_mul(STALLED)
     }
 }
 
@@ -288,13 +295,20 @@ impl Balancer {
             .any(|(id, m)| m.in_policy && !tried.contains(&id))
     }
 
-    /// Whether some usable replica not in `tried` is idle since `since` ([`Member::idle`]):
-    /// where a hedge may go with `idle_only` ([`crate::hedge::HedgeConfig`]). Pure.
-    fn has_idle_untried(&self, tried: &[ReplicaId], since: Time) -> bool {
-        let delay = self.hedge_delay_nanos();
+    /// Whether some usable replica not in `tried` passes `idle`: where a hedge may go with
+    /// `idle_only` ([`crate::hedge::HedgeConfig`]). Pure.
+    fn has_idle_untried(&self, tried: &[ReplicaId], idle: Idle) -> bool {
         self.members
             .iter()
-            .any(|(id, m)| m.in_policy && m.idle(since, delay) && !tried.contains(&id))
+            .any(|(id, m)| m.in_policy && idle.admits(m) && !tried.contains(&id))
+    }
+
+    /// The idle test for a request that started at `since`, under the current hedge delay.
+    fn idle(&self, since: Time) -> Idle {
+        Idle {
+            since,
+            delay_nanos: self.hedge_delay_nanos(),
+        }
     }
 
     /// The hedge delay in nanoseconds; the most there is while it is still being learned.
@@ -302,12 +316,11 @@ impl Balancer {
         self.hedger.delay().map_or(u64::MAX, duration_nanos)
     }
 
-    /// For a try dispatched with `strict`, the time since which a replica it goes to must have
-    /// shown itself alive with nothing in flight (a hedge with `idle_only`); None when any may
-    /// take it.
-    fn idle_since(&self, strict: Strict) -> Option<Time> {
+    /// For a try dispatched with `strict`, the test a replica it goes to must pass (a hedge
+    /// with `idle_only`, [`Idle`]); None when any may take it.
+    fn idle_for(&self, strict: Strict) -> Option<Idle> {
         match strict {
-            Strict::Hedge(since) if self.hedger.config().idle_only => Some(since),
+            Strict::Hedge(since) if self.hedger.config().idle_only => Some(self.idle(since)),
             _ => None,
         }
     }
@@ -356,18 +369,17 @@ impl Balancer {
             Pick::Replica(r) => self.members.get(r).filter(|m| m.in_policy).map(|m| (r, *m)),
             Pick::Pending | Pick::NoReplica => None,
         };
-        let idle = self.idle_since(strict);
+        let idle = self.idle_for(strict);
         let mut chosen = picked.map(|(r, _)| r);
-        let delay = self.hedge_delay_nanos();
         let busy = |r: ReplicaId| {
-            idle.is_some_and(|since| self.members.get(r).is_some_and(|m| !m.idle(since, delay)))
+            idle.is_some_and(|idle| self.members.get(r).is_some_and(|m| !idle.admits(m)))
         };
         if chosen.is_none_or(|r| tried.contains(&r) || busy(r)) {
-            chosen = if let Some(since) = idle {
+            chosen = if let Some(idle) = idle {
                 // The idle replica that answers soonest by its usual try (one the policy passed
                 // over may be idle for being slow); with none idle (the hedge of a stalled try,
                 // `poll_hedge`), the policy's pick.
-                self.fastest_idle(tried, since)
+                self.fastest_idle(tried, idle)
                     .or(chosen.filter(|r| !tried.contains(r)))
                     .or_else(|| self.alternative(tried, None, now, rng))
             } else {
@@ -405,31 +417,29 @@ impl Balancer {
         self.policy.on_dispatch(replica, query, now);
     }
 
-    /// The usable replica outside `exclude`, idle since `since` ([`Member::idle`]), whose usual
-    /// successful try is the shortest (one with none known yet after every known one; ties to
-    /// the lowest id). Draws nothing.
-    fn fastest_idle(&self, exclude: &[ReplicaId], since: Time) -> Option<ReplicaId> {
-        let delay = self.hedge_delay_nanos();
+    /// The usable replica outside `exclude` that `idle` admits whose usual successful try is
+    /// the shortest (one with none known yet after every known one; ties to the lowest id).
+    /// Draws nothing.
+    fn fastest_idle(&self, exclude: &[ReplicaId], idle: Idle) -> Option<ReplicaId> {
         self.members
             .iter()
-            .filter(|(id, m)| m.in_policy && m.idle(since, delay) && !exclude.contains(id))
+            .filter(|(id, m)| m.in_policy && idle.admits(m) && !exclude.contains(id))
             .min_by_key(|(id, m)| (m.usual_nanos.wrapping_sub(1), id.0))
             .map(|(id, _)| id)
     }
 
-    /// A usable replica outside `exclude` (and, with `idle`, idle since then:
-    /// [`Member::idle`]), uniformly at random, preferring ones not ramping up.
+    /// A usable replica outside `exclude` (and one `idle` admits, if given), uniformly at
+    /// random, preferring ones not ramping up.
     fn alternative(
         &self,
         exclude: &[ReplicaId],
-        idle: Option<Time>,
+        idle: Option<Idle>,
         now: Time,
         rng: &mut dyn RngCore,
     ) -> Option<ReplicaId> {
-        let delay = self.hedge_delay_nanos();
         let usable = || {
             self.members.iter().filter(move |(id, m)| {
-                m.in_policy && !exclude.contains(id) && idle.is_none_or(|s| m.idle(s, delay))
+                m.in_policy && !exclude.contains(id) && idle.is_none_or(|idle| idle.admits(m))
             })
         };
         let settled: Vec<ReplicaId> = usable()
@@ -719,27 +729,29 @@ impl Balancer {
         if !self.has_untried(tried) {
             return None;
         }
-        if self.hedger.config().idle_only
-            && !self.has_idle_untried(tried, started)
-            && !self.stalled(tried.last().copied(), started, now)
-        {
-            return Some(self.hedger.held_back(started, hedges_sent, now));
+        if self.hedger.config().idle_only {
+            let idle = self.idle(started);
+            if !self.has_idle_untried(tried, idle)
+                && !self.stalled(tried.last().copied(), idle, now)
+            {
+                return Some(self.hedger.held_back(started, hedges_sent, now));
+            }
         }
         Some(self.hedger.poll_hedge(started, hedges_sent, now))
     }
 
-    /// Whether a request that started at `started` and whose latest try went to `replica` has
-    /// stalled at `now`: the replica, one that reports its load, has shown no life since (no
-    /// try of it ended successfully, it answered no probe and sent no report: a host stopped
-    /// or cut off), or the request has waited more than [`STALLED`] times the shorter of that
-    /// replica's usual successful try and the hedge delay (the cluster's usual slow try): more
-    /// than a busy replica's queue explains, a replica hung or slowed down (one whose usual
-    /// time has grown with its slowness is still held to the cluster's). Its hedge goes, when
-    /// due, even when no replica is idle. Pure.
-    fn stalled(&self, replica: Option<ReplicaId>, started: Time, now: Time) -> bool {
-        let delay = self.hedge_delay_nanos();
+    /// Whether a request that started at `idle.since` and whose latest try went to `replica`
+    /// has stalled at `now`: the replica, one that reports its load, has shown no life since
+    /// the request started (no try of it ended successfully, it answered no probe and sent no
+    /// report: a host stopped or cut off), or the request has waited more than [`STALLED`]
+    /// times the shorter of that replica's usual successful try and the hedge delay (the
+    /// cluster's usual slow try): more than a busy replica's queue explains, a replica hung or
+    /// slowed down (one whose usual time has grown with its slowness is still held to the
+    /// cluster's). Its hedge goes, when due, even when no replica is idle. Pure.
+    fn stalled(&self, replica: Option<ReplicaId>, idle: Idle, now: Time) -> bool {
+        let (started, delay) = (idle.since, idle.delay_nanos);
         let member = replica.and_then(|r| self.members.get(r));
-        // Silent since the try was sent, from a replica that reports its load (whose probe
+        // Silent since the request started, from a replica that reports its load (whose probe
         // replies would have shown it alive): no answer, no probe reply, no report. One that
         // never reports shows life only by answering, which a busy one may not do for a while.
         if member.is_some_and(|m| m.reported.is_some() && m.alive_at.is_none_or(|at| at < started))

@@ -110,10 +110,11 @@ pub struct HedgeConfig {
     /// reported in flight by its last load report if one came since the request started,
     /// alive since then, and usually no slower than four times the hedge delay (the policy's
     /// pick if it is idle, else the idle one fastest by its usual try). While none is, it
-    /// waits (uncharged) and is asked again, unless its first try has stalled: its replica
-    /// has shown no life since the try was sent, or the try has waited more than four times
-    /// the shorter of that replica's usual successful try and the hedge delay (a replica
-    /// hung or slowed, [`crate::balancer::STALLED`]); then it goes to the policy's pick. A
+    /// waits (uncharged) and is asked again, unless the request has stalled: its latest
+    /// try's replica, one that reports its load, has shown no life since the request started,
+    /// or the request has waited more than four times the shorter of that replica's usual
+    /// successful try and the hedge delay (a replica hung or slowed,
+    /// [`crate::balancer::STALLED`]); then it goes to the policy's pick. A
     /// hedge is a whole second query whose work a replica that does not stop on cancellation
     /// finishes anyway: sent to a busy replica it queues behind others and adds load where
     /// there is none to spare, which near capacity feeds on itself (more queueing, more
