@@ -24,28 +24,10 @@ if [ -z "${BIN:-}" ]; then
 fi
 scratch
 
-cat >"$WORK/replica.py" <<'PY'
-import http.server, socketserver, sys, time
-class Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def log_message(self, *args): pass
-    def do_GET(self):
-        time.sleep(1.0 if self.path.startswith("/slow") else 0.01)
-        body = b"ok\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    daemon_threads = True
-    request_queue_size = 512
-Server(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
-PY
-
 one_run() {
     local started=()
     for i in 1 2 3; do
-        python3 "$WORK/replica.py" "1940$i" >/dev/null 2>&1 &
+        python3 scripts/replica.py "1940$i" --slow-path /slow=1.0 >/dev/null 2>&1 &
         started+=($!)
         "$BIN" sidecar --listen "127.0.0.1:1950$i" --upstream "127.0.0.1:1940$i" >/dev/null 2>&1 &
         started+=($!)

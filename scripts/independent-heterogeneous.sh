@@ -34,44 +34,12 @@ cargo build --release -q -p prequal
 BIN=$PWD/target/release/prequal
 scratch
 
-cat >"$WORK/replica.py" <<'PY'
-# port, factor, seed, slow-flag file: 4 workers, FIFO (a semaphore's waiters wake in order).
-import http.server, math, os, random, socketserver, sys, threading, time
-port, factor, seed, slow_flag = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-rng = random.Random(seed)
-rng_lock = threading.Lock()
-sigma = math.sqrt(math.log(1 + (10 / 20) ** 2))
-mu = math.log(0.020) - sigma * sigma / 2
-workers = threading.Semaphore(4)
-class Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    # The head and the body go out in two sends: without this, Nagle holds the body until the
-    # head is acknowledged, which a delayed ACK puts off by up to 40 ms.
-    disable_nagle_algorithm = True
-    def log_message(self, *args): pass
-    def do_GET(self):
-        with rng_lock:
-            service = rng.lognormvariate(mu, sigma) * factor
-        if os.path.exists(slow_flag):
-            service *= 10
-        with workers:
-            time.sleep(service)
-        body = b"ok\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    daemon_threads = True
-    request_queue_size = 1024
-Server(("127.0.0.1", port), Handler).serve_forever()
-PY
-
 # Ten replicas on 19500-19509 with sidecars on 19520-19529; their pids in $WORK/replicas.
 start_replicas() {
     : >"$WORK/replicas"
     for i in "${!FACTORS[@]}"; do
-        python3 "$WORK/replica.py" $((19500 + i)) "${FACTORS[$i]}" $((SEED * 100 + i)) "$WORK/slow$i" \
+        python3 scripts/replica.py $((19500 + i)) --workers 4 --service lognormal:0.020:0.010 \
+            --factor "${FACTORS[$i]}" --seed $((SEED * 100 + i)) --slow-flag "$WORK/slow$i" --nodelay \
             >/dev/null 2>&1 &
         echo $! >>"$WORK/replicas"
         "$BIN" sidecar --listen "127.0.0.1:$((19520 + i))" --upstream "127.0.0.1:$((19500 + i))" \

@@ -29,32 +29,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cat >"$WORK/replica.py" <<'PY'
-import http.server, random, socketserver, sys, threading, time
-port, factor = int(sys.argv[1]), float(sys.argv[2])
-workers = threading.Semaphore(4)
-class Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def log_message(self, *args): pass
-    def do_GET(self):
-        with workers:
-            time.sleep(random.expovariate(100.0) * factor)
-        body = b"ok\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    daemon_threads = True
-    request_queue_size = 512
-Server(("127.0.0.1", port), Handler).serve_forever()
-PY
-
 # Replica i: service on 1910i, sidecar on 1920i; its pids in $WORK/replica$i.
 start_replica() {
     local i=$1 factor=1
     [ "$i" -ge 4 ] && factor=2
-    python3 "$WORK/replica.py" "1910$i" "$factor" >/dev/null 2>&1 &
+    python3 scripts/replica.py "1910$i" --workers 4 --service exp:0.01 --factor "$factor" \
+        >/dev/null 2>&1 &
     local service=$!
     "$BIN" sidecar --listen "127.0.0.1:1920$i" --upstream "127.0.0.1:1910$i" >/dev/null 2>&1 &
     PIDS+=("$service" $!)
