@@ -348,6 +348,33 @@ impl Observed {
     }
 }
 
+/// What HCL reads of one reply whatever the decision's context ([`Rule::Facts`]): worked out
+/// once per decision, for the context's pass over the pool and for every key.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HclFacts {
+    /// The latency the reply ranks by (`Hcl::latency_ns`).
+    latency_ns: u64,
+    /// The RIF the hot test reads (`Hcl::hot_rif`).
+    hot_rif: u32,
+    /// This client's observed latency from the replica, once known (`MIN_OBSERVED`).
+    known_ns: Option<f64>,
+}
+
+/// [`Hcl::hot_rif`] of a reply reporting `rif` from a replica whose observed latency is
+/// `known_ns`, if known.
+fn rif_as_work(scale: f64, rif: u32, known_ns: Option<f64>) -> u32 {
+    if scale == 0.0 {
+        return rif;
+    }
+    let Some(observed) = known_ns else {
+        return rif;
+    };
+    // Rounded to the nearest whole query without a call to `round` (the value is never
+    // negative; a product that lands on a half may go either way by its last bit). A
+    // float-to-integer cast saturates: no overflow whatever the ratio.
+    (f64::from(rif) * observed * scale + 0.5) as u32
+}
+
 /// The largest expected delay [`hcl_key`] tells apart, in nanoseconds.
 const MAX_DELAY_NS: u64 = (1 << 62) - 1;
 
@@ -538,13 +565,23 @@ impl Hcl {
         if scale == 0.0 {
             return rif;
         }
-        let Some(observed) = self.observed.get(replica).and_then(Observed::known_ns) else {
-            return rif;
-        };
-        // Rounded to the nearest whole query without a call to `round` (the value is never
-        // negative; a product that lands on a half may go either way by its last bit). A
-        // float-to-integer cast saturates: no overflow whatever the ratio.
-        (f64::from(rif) * observed * scale + 0.5) as u32
+        rif_as_work(scale, rif, self.known_ns(replica))
+    }
+
+    /// This client's observed latency from `replica`, once known ([`MIN_OBSERVED`]).
+    fn known_ns(&self, replica: ReplicaId) -> Option<f64> {
+        self.observed.get(replica).and_then(Observed::known_ns)
+    }
+
+    /// What the rule reads of `entry` with the decision's work scale `scale`
+    /// ([`Hcl::work_scale`]), the replica looked up once for the hot test and the band's delay.
+    fn facts_at(&self, scale: f64, entry: &Entry) -> HclFacts {
+        let known_ns = self.known_ns(entry.replica);
+        HclFacts {
+            latency_ns: self.latency_ns(entry),
+            hot_rif: rif_as_work(scale, entry.rif, known_ns),
+            known_ns,
+        }
     }
 
     /// Takes a replica's known latency out of the sum of the known ones.
@@ -560,14 +597,8 @@ impl Hcl {
     /// The expected delay a reply ranks by if it falls in the band (None when it does not, or
     /// when the band ranks by RIF): the replica's observed latency, or the known replicas'
     /// mean where it is not known yet ([`MIN_OBSERVED`]), × (1 + RIF / `delay_concurrency`).
-    fn band_delay_ns(
-        &self,
-        cx: &HclContext,
-        entry: &Entry,
-        hot_rif: u32,
-        latency_ns: u64,
-    ) -> Option<u64> {
-        if !self.band_ranks_by_delay || !cx.in_band(hot_rif, latency_ns) {
+    fn band_delay_ns(&self, cx: &HclContext, entry: &Entry, facts: &HclFacts) -> Option<u64> {
+        if !self.band_ranks_by_delay || !cx.in_band(facts.hot_rif, facts.latency_ns) {
             return None;
         }
         // A replica not known yet counts as fast as the known ones on average; with none known
@@ -578,11 +609,7 @@ impl Hcl {
         } else {
             1e6
         };
-        let observed = self
-            .observed
-            .get(entry.replica)
-            .and_then(Observed::known_ns)
-            .unwrap_or(typical);
+        let observed = facts.known_ns.unwrap_or(typical);
         let factor = 1.0 + f64::from(entry.rif) * self.delay_per_rif;
         let factor = if self.delay_power == 1.0 {
             factor
@@ -665,7 +692,20 @@ impl Rule for Hcl {
         }
     }
 
+    type Facts = HclFacts;
+
+    fn facts(&self, pool: &Pool, facts: &mut Vec<HclFacts>) {
+        let scale = self.work_scale();
+        facts.extend(pool.iter().map(|entry| self.facts_at(scale, entry)));
+    }
+
     fn context_for(&self, pool: &Pool) -> HclContext {
+        let mut facts = Vec::with_capacity(pool.len());
+        self.facts(pool, &mut facts);
+        self.context_from(pool, &facts)
+    }
+
+    fn context_from(&self, pool: &Pool, facts: &[HclFacts]) -> HclContext {
         let threshold = self.history.threshold(self.q_rif);
         let coverage = if self.replicas == 0 {
             1.0
@@ -673,24 +713,17 @@ impl Rule for Hcl {
             (pool.capacity() as f64 / self.replicas as f64).min(1.0)
         };
         let band = self.latency_band * coverage;
-        // The fastest cold and the fastest hot latency, in one pass over the pool.
-        let scale = self.work_scale();
+        // The fastest cold and the fastest hot latency, in one pass over the replies.
         let (mut fastest_cold, mut fastest_hot) = (None, None);
         if band > 0.0 || self.max_cold_slowdown > 0.0 {
-            for entry in pool.iter() {
-                let fastest = if threshold.is_hot(self.hot_rif(scale, entry.replica, entry.rif)) {
+            for reply in facts {
+                let fastest = if threshold.is_hot(reply.hot_rif) {
                     &mut fastest_hot
                 } else {
                     &mut fastest_cold
                 };
-                // A ranked latency is never below the reported one, so an entry reported at or
-                // above the fastest so far cannot lower it (and needs no scaling).
-                if fastest.is_some_and(|f| entry.latency_ns >= f) {
-                    continue;
-                }
-                let latency = self.latency_ns(entry);
-                if fastest.is_none_or(|f| latency < f) {
-                    *fastest = Some(latency);
+                if fastest.is_none_or(|f| reply.latency_ns < f) {
+                    *fastest = Some(reply.latency_ns);
                 }
             }
         }
@@ -702,30 +735,38 @@ impl Rule for Hcl {
         let slow_cold = fastest_hot
             .filter(|_| self.max_cold_slowdown > 0.0)
             .map(|fastest| Duration::from_nanos((fastest as f64 * self.max_cold_slowdown) as u64));
+        // The facts were worked out with this scale (the rule has not changed since).
         HclContext::new(threshold, ceiling)
             .with_slow_cold(slow_cold)
-            .with_work_scale(scale)
+            .with_work_scale(self.work_scale())
     }
 
     fn rank(&self, cx: &HclContext, entry: &Entry, _load: &ReplicaLoad) -> Rank {
-        let latency_ns = self.latency_ns(entry);
-        let rif = self.hot_rif(cx.work_scale, entry.replica, entry.rif);
-        let delay = self.band_delay_ns(cx, entry, rif, latency_ns);
+        let facts = self.facts_at(cx.work_scale, entry);
+        let delay = self.band_delay_ns(cx, entry, &facts);
         hcl_rank_in(
             cx,
-            rif,
-            Duration::from_nanos(latency_ns),
+            facts.hot_rif,
+            Duration::from_nanos(facts.latency_ns),
             delay.map(Duration::from_nanos),
         )
     }
 
     type Key = u128;
 
-    fn key(&self, cx: &HclContext, entry: &Entry, _load: &ReplicaLoad) -> u128 {
-        let latency_ns = self.latency_ns(entry);
-        let rif = self.hot_rif(cx.work_scale, entry.replica, entry.rif);
-        let delay = self.band_delay_ns(cx, entry, rif, latency_ns);
-        hcl_key(cx, rif, latency_ns, delay)
+    fn key(&self, cx: &HclContext, entry: &Entry, load: &ReplicaLoad) -> u128 {
+        self.key_from(cx, entry, &self.facts_at(cx.work_scale, entry), load)
+    }
+
+    fn key_from(
+        &self,
+        cx: &HclContext,
+        entry: &Entry,
+        facts: &HclFacts,
+        _load: &ReplicaLoad,
+    ) -> u128 {
+        let delay = self.band_delay_ns(cx, entry, facts);
+        hcl_key(cx, facts.hot_rif, facts.latency_ns, delay)
     }
 
     fn values(&self, cx: &HclContext) -> Vec<(&'static str, f64)> {

@@ -129,23 +129,26 @@ fn worst_by<K: Ord>(pool: &Pool, key: impl Fn(&Entry) -> K) -> Option<usize> {
     found.map(|(index, _)| index)
 }
 
-/// The best entry (the smallest `key`, ties to the last) and the worst (the largest, ties to
-/// the first) in one pass, with the worst's key; `None` for an empty pool.
-fn extremes_by<K: Ord + Copy>(pool: &Pool, key: impl Fn(&Entry) -> K) -> Option<Extremes<K>> {
-    let mut entries = pool.iter();
-    let first = key(entries.next()?);
+/// The best of `replies` (the smallest `key`, ties to the last) and the worst (the largest,
+/// ties to the first) in one pass, with the worst's key; `None` when there are none.
+fn extremes_by<T, K: Ord + Copy>(
+    mut replies: impl ExactSizeIterator<Item = T>,
+    key: impl Fn(T) -> K,
+) -> Option<Extremes<K>> {
+    let len = replies.len();
+    let first = key(replies.next()?);
     let start = Extremes {
         best: 0,
         best_key: first,
         worst: 0,
         worst_key: first,
-        len: pool.len(),
+        len,
     };
     Some(
-        entries
+        replies
             .enumerate()
-            .fold(start, |mut found, (index, entry)| {
-                let k = key(entry);
+            .fold(start, |mut found, (index, reply)| {
+                let k = key(reply);
                 if k <= found.best_key {
                     found.best = index + 1;
                     found.best_key = k;
@@ -205,6 +208,25 @@ pub trait Rule: fmt::Debug + Send + 'static {
         self.context()
     }
 
+    /// What the rule reads of one reply whatever the decision's context (a ranked latency, the
+    /// replica's state in the rule). For a pick the engine works these out once for the whole
+    /// pool ([`Rule::facts`]) and derives both the context ([`Rule::context_from`]) and every
+    /// key ([`Rule::key_from`]) from them, so a rule whose context is itself a pass over the
+    /// pool looks nothing up twice. Rules with nothing to share use `()`.
+    type Facts: Copy + Default + fmt::Debug + Send;
+
+    /// Appends the facts of every reply in `pool`, in pool order, to `facts` (by default the
+    /// default facts, for rules that share nothing).
+    fn facts(&self, pool: &Pool, facts: &mut Vec<Self::Facts>) {
+        facts.extend(pool.iter().map(|_| Self::Facts::default()));
+    }
+
+    /// [`Rule::context_for`] from the facts of the pool's replies ([`Rule::facts`]); by
+    /// default the facts are not read.
+    fn context_from(&self, pool: &Pool, _facts: &[Self::Facts]) -> Self::Context {
+        self.context_for(pool)
+    }
+
     /// Whether [`Rule::rank`] and [`Rule::key`] read `load`. When they do not, the engine
     /// skips looking the replica up for every reply it ranks (while no replica can be avoided).
     const READS_LOAD: bool = true;
@@ -219,6 +241,18 @@ pub trait Rule: fmt::Debug + Send + 'static {
 
     /// The reply's sort key (smaller is better).
     fn key(&self, cx: &Self::Context, entry: &Entry, load: &ReplicaLoad) -> Self::Key;
+
+    /// [`Rule::key`] from the reply's `facts`, worked out for this decision ([`Rule::facts`]);
+    /// equal to `key`. By default the facts are not read.
+    fn key_from(
+        &self,
+        cx: &Self::Context,
+        entry: &Entry,
+        _facts: &Self::Facts,
+        load: &ReplicaLoad,
+    ) -> Self::Key {
+        self.key(cx, entry, load)
+    }
 
     /// Scalars for the snapshot.
     fn values(&self, cx: &Self::Context) -> Vec<(&'static str, f64)>;
@@ -268,6 +302,9 @@ pub struct AsyncProbing<R: Rule> {
     probe_batches: VecDeque<(u64, Time)>,
     /// A weighted mean of the probes' round trips, in nanoseconds.
     typical_probe_rtt_ns: Option<f64>,
+    /// The rule's facts of every reply in the pool, in pool order, for the decision under way
+    /// ([`Self::decision_context`]); stale once the pool changes.
+    facts: Vec<R::Facts>,
 }
 
 /// Probe batches remembered for timing replies.
@@ -319,6 +356,7 @@ impl<R: Rule> AsyncProbing<R> {
             typical_latency_ns: None,
             probe_batches: VecDeque::new(),
             typical_probe_rtt_ns: None,
+            facts: Vec::new(),
         }
     }
 
@@ -403,6 +441,27 @@ impl<R: Rule> AsyncProbing<R> {
         self.assess(entry, now, |load| self.rule.key(cx, entry, load))
     }
 
+    /// [`Self::sort_key`] from the reply's facts for this decision.
+    fn sort_key_from(
+        &self,
+        cx: &R::Context,
+        entry: &Entry,
+        facts: &R::Facts,
+        now: Time,
+    ) -> (bool, R::Key) {
+        self.assess(entry, now, |load| {
+            self.rule.key_from(cx, entry, facts, load)
+        })
+    }
+
+    /// The context of a decision on the pool as it is, with the rule's facts of every reply
+    /// kept for [`Self::select`]: the pool must not change in between.
+    fn decision_context(&mut self) -> R::Context {
+        self.facts.clear();
+        self.rule.facts(&self.pool, &mut self.facts);
+        self.rule.context_from(&self.pool, &self.facts)
+    }
+
     /// The index of the worst reply (the largest sort key; ties go to the oldest).
     fn worst(&self, cx: &R::Context, now: Time) -> Option<usize> {
         if self.failure_seen || R::READS_LOAD {
@@ -416,14 +475,20 @@ impl<R: Rule> AsyncProbing<R> {
     }
 
     /// The best reply (the smallest sort key; ties go to the newest) and the worst (ties go to
-    /// the oldest) in one pass.
+    /// the oldest) in one pass, ranked with the facts of [`Self::decision_context`].
     fn extremes(&self, cx: &R::Context, now: Time) -> Option<Extremes<(bool, R::Key)>> {
+        debug_assert_eq!(self.facts.len(), self.pool.len(), "facts of another pool");
+        let replies = self.pool.iter().zip(&self.facts);
         if self.failure_seen || R::READS_LOAD {
-            return extremes_by(&self.pool, |entry| self.sort_key(cx, entry, now));
+            return extremes_by(replies, |(entry, facts)| {
+                self.sort_key_from(cx, entry, facts, now)
+            });
         }
         // As in `worst`: no replica is avoided, and the rule ignores the load.
         let unused = ReplicaLoad::default();
-        let found = extremes_by(&self.pool, |entry| self.rule.key(cx, entry, &unused))?;
+        let found = extremes_by(replies, |(entry, facts)| {
+            self.rule.key_from(cx, entry, facts, &unused)
+        })?;
         Some(Extremes {
             best: found.best,
             best_key: (false, found.best_key),
@@ -443,6 +508,7 @@ impl<R: Rule> AsyncProbing<R> {
 
     /// The best reply's index (ties go to the newest), if the pool holds two or more, with
     /// what the same pass found for the removal that follows (see [`Self::remove_per_query`]).
+    /// `cx` is from [`Self::decision_context`], on the pool as it is.
     fn select(&self, cx: &R::Context, now: Time) -> Option<Extremes<(bool, R::Key)>> {
         if self.pool.len() < 2 {
             return None;
@@ -598,7 +664,7 @@ impl<R: Rule> AsyncProbing<R> {
                 break;
             }
             self.waiting.pop_front();
-            let cx = self.rule.context_for(&self.pool);
+            let cx = self.decision_context();
             let fresh = (complete && covers)
                 .then(|| self.best_received_since(&cx, now, since))
                 .flatten();
@@ -766,7 +832,7 @@ impl<R: Rule> Policy for AsyncProbing<R> {
             self.waited += 1;
             return Pick::Pending;
         }
-        let cx = self.rule.context_for(&self.pool);
+        let cx = self.decision_context();
         let selected = self.select(&cx, now);
         let chosen = match selected {
             Some(found) => self.use_reply(found.best, query.id),
