@@ -575,8 +575,14 @@ impl Hcl {
 
     /// What the rule reads of `entry` with the decision's work scale `scale`
     /// ([`Hcl::work_scale`]), the replica looked up once for the hot test and the band's delay.
+    #[inline]
     fn facts_at(&self, scale: f64, entry: &Entry) -> HclFacts {
-        let known_ns = self.known_ns(entry.replica);
+        // The rule's replicas are the engine's, in the same order: the entry's slot in the
+        // engine's set is the replica's position here too (checked).
+        let known_ns = self
+            .observed
+            .get_hinted(entry.replica, entry.slot)
+            .and_then(Observed::known_ns);
         HclFacts {
             latency_ns: self.latency_ns(entry),
             hot_rif: rif_as_work(scale, entry.rif, known_ns),
@@ -714,19 +720,18 @@ impl Rule for Hcl {
         };
         let band = self.latency_band * coverage;
         // The fastest cold and the fastest hot latency, in one pass over the replies.
-        let (mut fastest_cold, mut fastest_hot) = (None, None);
+        // Indexed by the hot flag, without a branch: `seen` has bit 0 set once a cold reply
+        // came, bit 1 once a hot one did.
+        let (mut fastest, mut seen) = ([u64::MAX; 2], 0_u8);
         if band > 0.0 || self.max_cold_slowdown > 0.0 {
             for reply in facts {
-                let fastest = if threshold.is_hot(reply.hot_rif) {
-                    &mut fastest_hot
-                } else {
-                    &mut fastest_cold
-                };
-                if fastest.is_none_or(|f| reply.latency_ns < f) {
-                    *fastest = Some(reply.latency_ns);
-                }
+                let hot = usize::from(threshold.is_hot(reply.hot_rif));
+                fastest[hot] = fastest[hot].min(reply.latency_ns);
+                seen |= 1 << hot;
             }
         }
+        let fastest_cold = Some(fastest[0]).filter(|_| seen & 1 != 0);
+        let fastest_hot = Some(fastest[1]).filter(|_| seen & 2 != 0);
         let ceiling = fastest_cold
             .filter(|_| band > 0.0)
             .map(|fastest| Duration::from_nanos(fastest).mul_f64(1.0 + band));

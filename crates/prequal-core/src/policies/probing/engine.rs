@@ -409,11 +409,7 @@ impl<R: Rule> AsyncProbing<R> {
     /// This client's view of the replica that sent `entry`: found through the entry's slot
     /// hint, or by search if the hint is stale.
     fn load_of(&self, entry: &Entry) -> Option<&ReplicaLoad> {
-        if self.replicas.ids().get(entry.slot) == Some(&entry.replica) {
-            Some(self.replicas.at(entry.slot))
-        } else {
-            self.replicas.get(entry.replica)
-        }
+        self.replicas.get_hinted(entry.replica, entry.slot)
     }
 
     /// Whether the replica that sent `entry` is avoided, and `score` of the reply given this
