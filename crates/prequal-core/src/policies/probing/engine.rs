@@ -162,6 +162,17 @@ fn extremes_by<T, K: Ord + Copy>(
     )
 }
 
+/// How many replies in `pool` are `recent`, counting at most `most`. `recent` must be a test
+/// of recency (true for a reply if for every newer one): the pool is in receipt order, so the
+/// count walks back from the newest and stops at the first that fails, not over the pool.
+fn count_newest(pool: &Pool, most: usize, recent: impl Fn(&Entry) -> bool) -> usize {
+    pool.iter()
+        .rev()
+        .take_while(|e| recent(e))
+        .take(most)
+        .count()
+}
+
 /// What one pass over the pool found: see [`extremes_by`]. `len` is the pool's length then.
 #[derive(Clone, Copy, Debug)]
 struct Extremes<K> {
@@ -612,11 +623,9 @@ impl<R: Rule> AsyncProbing<R> {
         }
         let horizon = latency as u64;
         let wanted = self.fresh_wanted();
-        let fresh = self
-            .pool
-            .iter()
-            .filter(|e| duration_nanos(e.age(now)) <= horizon);
-        fresh.take(wanted).count() < wanted
+        count_newest(&self.pool, wanted, |e| {
+            duration_nanos(e.age(now)) <= horizon
+        }) < wanted
     }
 
     /// The best reply received at or after `since` (ties go to the newest).
@@ -648,12 +657,7 @@ impl<R: Rule> AsyncProbing<R> {
         let wanted = self.fresh_wanted();
         let covers = self.pool.capacity() >= self.replicas.len();
         while let Some(&(query, since)) = self.waiting.front() {
-            let came = self
-                .pool
-                .iter()
-                .filter(|e| e.received >= since)
-                .take(wanted)
-                .count();
+            let came = count_newest(&self.pool, wanted, |e| e.received >= since);
             let complete = wanted > 0 && came >= wanted;
             if !complete && now < since + self.params.probe_timeout && !self.replicas.is_empty() {
                 // A later query began to wait later: it has no more replies, nor an earlier end.
