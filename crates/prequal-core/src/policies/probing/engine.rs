@@ -114,8 +114,6 @@ impl<R: Rule> fmt::Debug for Candidates<'_, R> {
 
 /// The index of the entry with the largest `key` (ties go to the first).
 fn worst_by<K: Ord>(pool: &Pool, key: impl Fn(&Entry) -> K) -> Option<usize> {
-    // A fold walks the deque's two halves as two plain slices (a `for` loop over its iterator
-    // checks which half it is in at every step).
     let found = pool
         .iter()
         .enumerate()

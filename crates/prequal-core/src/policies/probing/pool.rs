@@ -14,7 +14,6 @@
 //! entries and using one of them would raise only that entry's RIF, so the others would keep
 //! advertising the old, low RIF and draw a burst of queries to the same replica.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::policy::LoadReport;
@@ -150,7 +149,10 @@ const HELD_IDS: u32 = 1 << 16;
 /// A bounded pool of probe replies, ordered by receipt time (front = oldest).
 #[derive(Clone, Debug)]
 pub struct Pool {
-    entries: VecDeque<Entry>,
+    /// A plain vector, not a ring: every decision walks the whole pool more than once, and a
+    /// walk over one slice is tighter than one over a ring's two halves, while taking out the
+    /// oldest reply moves no more than a pool's worth of entries.
+    entries: Vec<Entry>,
     /// Bit `id` is set while the pool holds a reply from replica `id` (for ids below
     /// [`HELD_IDS`]), so most inserts, which are from replicas not held, skip the search for
     /// an older reply to supersede.
@@ -166,7 +168,7 @@ impl Pool {
         let capacity = capacity.max(1);
         Self {
             // Room for a typical pool up front; a larger one grows as replies come.
-            entries: VecDeque::with_capacity(capacity.min(64)),
+            entries: Vec::with_capacity(capacity.min(64)),
             held: Vec::new(),
             capacity,
             max_age,
@@ -250,9 +252,14 @@ impl Pool {
         true
     }
 
+    /// Takes the reply at `index` out of the list (its `held` bit is the caller's).
+    fn remove_at(&mut self, index: usize) -> Option<Entry> {
+        (index < self.entries.len()).then(|| self.entries.remove(index))
+    }
+
     /// Removes the oldest reply.
     fn pop_oldest(&mut self) -> Option<Entry> {
-        let entry = self.entries.pop_front()?;
+        let entry = self.remove_at(0)?;
         self.mark(entry.replica, false);
         Some(entry)
     }
@@ -323,7 +330,7 @@ impl Pool {
             return None;
         }
         let evicted = if let Some(index) = held {
-            self.entries.remove(index)
+            self.remove_at(index)
         } else if self.entries.len() >= self.capacity {
             self.pop_oldest()
         } else {
@@ -334,10 +341,10 @@ impl Pool {
         // the order (and with it `expire`) against one that does not.
         if self
             .entries
-            .back()
+            .last()
             .is_none_or(|e| e.received <= entry.received)
         {
-            self.entries.push_back(entry);
+            self.entries.push(entry);
         } else {
             let at = self
                 .entries
@@ -353,7 +360,7 @@ impl Pool {
         let mut dropped = 0;
         while self
             .entries
-            .front()
+            .first()
             .is_some_and(|e| e.age(now) > self.max_age)
         {
             self.pop_oldest();
@@ -377,7 +384,7 @@ impl Pool {
 
     /// Removes and returns the reply at `index`.
     pub fn remove(&mut self, index: usize) -> Option<Entry> {
-        let entry = self.entries.remove(index)?;
+        let entry = self.remove_at(index)?;
         self.mark(entry.replica, false);
         Some(entry)
     }
