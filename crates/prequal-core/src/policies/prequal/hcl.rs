@@ -700,18 +700,11 @@ impl Rule for Hcl {
 
     type Facts = HclFacts;
 
-    fn facts(&self, pool: &Pool, facts: &mut Vec<HclFacts>) {
-        let scale = self.work_scale();
-        facts.extend(pool.iter().map(|entry| self.facts_at(scale, entry)));
-    }
-
     fn context_for(&self, pool: &Pool) -> HclContext {
-        let mut facts = Vec::with_capacity(pool.len());
-        self.facts(pool, &mut facts);
-        self.context_from(pool, &facts)
+        self.prepare(pool, &mut Vec::with_capacity(pool.len()))
     }
 
-    fn context_from(&self, pool: &Pool, facts: &[HclFacts]) -> HclContext {
+    fn prepare(&self, pool: &Pool, facts: &mut Vec<HclFacts>) -> HclContext {
         let threshold = self.history.threshold(self.q_rif);
         let coverage = if self.replicas == 0 {
             1.0
@@ -719,16 +712,18 @@ impl Rule for Hcl {
             (pool.capacity() as f64 / self.replicas as f64).min(1.0)
         };
         let band = self.latency_band * coverage;
-        // The fastest cold and the fastest hot latency, in one pass over the replies.
-        // Indexed by the hot flag, without a branch: `seen` has bit 0 set once a cold reply
-        // came, bit 1 once a hot one did.
+        let scale = self.work_scale();
+        let start = facts.len();
+        facts.extend(pool.iter().map(|entry| self.facts_at(scale, entry)));
+        // The fastest cold and the fastest hot latency, in a pass over the facts (tighter than
+        // one fused with working them out), indexed by the hot flag without a branch: `seen`
+        // has bit 0 set once a cold reply came, bit 1 once a hot one did. (Without a band or a
+        // slowdown limit neither is read.)
         let (mut fastest, mut seen) = ([u64::MAX; 2], 0_u8);
-        if band > 0.0 || self.max_cold_slowdown > 0.0 {
-            for reply in facts {
-                let hot = usize::from(threshold.is_hot(reply.hot_rif));
-                fastest[hot] = fastest[hot].min(reply.latency_ns);
-                seen |= 1 << hot;
-            }
+        for reply in &facts[start..] {
+            let hot = usize::from(threshold.is_hot(reply.hot_rif));
+            fastest[hot] = fastest[hot].min(reply.latency_ns);
+            seen |= 1 << hot;
         }
         let fastest_cold = Some(fastest[0]).filter(|_| seen & 1 != 0);
         let fastest_hot = Some(fastest[1]).filter(|_| seen & 2 != 0);
@@ -740,10 +735,9 @@ impl Rule for Hcl {
         let slow_cold = fastest_hot
             .filter(|_| self.max_cold_slowdown > 0.0)
             .map(|fastest| Duration::from_nanos((fastest as f64 * self.max_cold_slowdown) as u64));
-        // The facts were worked out with this scale (the rule has not changed since).
         HclContext::new(threshold, ceiling)
             .with_slow_cold(slow_cold)
-            .with_work_scale(self.work_scale())
+            .with_work_scale(scale)
     }
 
     fn rank(&self, cx: &HclContext, entry: &Entry, _load: &ReplicaLoad) -> Rank {

@@ -218,21 +218,17 @@ pub trait Rule: fmt::Debug + Send + 'static {
     }
 
     /// What the rule reads of one reply whatever the decision's context (a ranked latency, the
-    /// replica's state in the rule). For a pick the engine works these out once for the whole
-    /// pool ([`Rule::facts`]) and derives both the context ([`Rule::context_from`]) and every
-    /// key ([`Rule::key_from`]) from them, so a rule whose context is itself a pass over the
-    /// pool looks nothing up twice. Rules with nothing to share use `()`.
+    /// replica's state in the rule). For a pick the engine has the rule work these out once for
+    /// the whole pool, with the context ([`Rule::prepare`]), and ranks every reply from them
+    /// ([`Rule::key_from`]), so a rule whose context is itself a pass over the pool looks
+    /// nothing up twice. Rules with nothing to share use `()`.
     type Facts: Copy + Default + fmt::Debug + Send;
 
-    /// Appends the facts of every reply in `pool`, in pool order, to `facts` (by default the
-    /// default facts, for rules that share nothing).
-    fn facts(&self, pool: &Pool, facts: &mut Vec<Self::Facts>) {
+    /// Prepares a decision on `pool`: appends the facts of every reply, in pool order, to
+    /// `facts`, and returns the context ([`Rule::context_for`]). By default the facts are the
+    /// default ones, for rules that share nothing.
+    fn prepare(&self, pool: &Pool, facts: &mut Vec<Self::Facts>) -> Self::Context {
         facts.extend(pool.iter().map(|_| Self::Facts::default()));
-    }
-
-    /// [`Rule::context_for`] from the facts of the pool's replies ([`Rule::facts`]); by
-    /// default the facts are not read.
-    fn context_from(&self, pool: &Pool, _facts: &[Self::Facts]) -> Self::Context {
         self.context_for(pool)
     }
 
@@ -251,7 +247,7 @@ pub trait Rule: fmt::Debug + Send + 'static {
     /// The reply's sort key (smaller is better).
     fn key(&self, cx: &Self::Context, entry: &Entry, load: &ReplicaLoad) -> Self::Key;
 
-    /// [`Rule::key`] from the reply's `facts`, worked out for this decision ([`Rule::facts`]);
+    /// [`Rule::key`] from the reply's `facts`, worked out for this decision ([`Rule::prepare`]);
     /// equal to `key`. By default the facts are not read.
     fn key_from(
         &self,
@@ -463,8 +459,7 @@ impl<R: Rule> AsyncProbing<R> {
     /// kept for [`Self::select`]: the pool must not change in between.
     fn decision_context(&mut self) -> R::Context {
         self.facts.clear();
-        self.rule.facts(&self.pool, &mut self.facts);
-        self.rule.context_from(&self.pool, &self.facts)
+        self.rule.prepare(&self.pool, &mut self.facts)
     }
 
     /// The index of the worst reply (the largest sort key; ties go to the oldest).
