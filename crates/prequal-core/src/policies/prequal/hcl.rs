@@ -45,7 +45,6 @@
 //! replica's naturally higher RIF does not make it hot more often than a slow replica holding
 //! more work.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::config::build_policy::ConfigError;
@@ -118,7 +117,13 @@ const _: () = assert!(HISTORY_LEN <= u8::MAX as usize);
 /// pairs in increasing order.
 #[derive(Clone, Debug)]
 pub struct RifHistory {
-    recent: VecDeque<u32>,
+    /// The values in arrival order, as a ring: the oldest at `next` once it is full (a fixed
+    /// array, cheaper to push to than a growable deque).
+    recent: [u32; HISTORY_LEN],
+    /// How many values are held (at most [`HISTORY_LEN`]).
+    len: usize,
+    /// Where the next value goes: past the newest, on the oldest once the ring is full.
+    next: usize,
     /// `dense[v]` = how many held values equal `v`, for `v < DENSE` (at most `HISTORY_LEN`).
     dense: [u8; DENSE],
     /// How many held values are below `DENSE`.
@@ -130,7 +135,9 @@ pub struct RifHistory {
 impl Default for RifHistory {
     fn default() -> Self {
         Self {
-            recent: VecDeque::with_capacity(HISTORY_LEN),
+            recent: [0; HISTORY_LEN],
+            len: 0,
+            next: 0,
             dense: [0; DENSE],
             dense_total: 0,
             sparse: Vec::new(),
@@ -141,12 +148,13 @@ impl Default for RifHistory {
 impl RifHistory {
     /// Records a reported RIF, forgetting the oldest beyond [`HISTORY_LEN`].
     pub fn push(&mut self, rif: u32) {
-        if self.recent.len() >= HISTORY_LEN
-            && let Some(old) = self.recent.pop_front()
-        {
-            self.forget(old);
+        if self.len == HISTORY_LEN {
+            self.forget(self.recent[self.next]);
+        } else {
+            self.len += 1;
         }
-        self.recent.push_back(rif);
+        self.recent[self.next] = rif;
+        self.next = (self.next + 1) % HISTORY_LEN;
         if let Some(count) = self.dense.get_mut(rif as usize) {
             *count += 1;
             self.dense_total += 1;
@@ -174,24 +182,24 @@ impl RifHistory {
 
     /// Number of values held.
     pub fn len(&self) -> usize {
-        self.recent.len()
+        self.len
     }
 
     /// True when nothing was recorded yet.
     pub fn is_empty(&self) -> bool {
-        self.recent.is_empty()
+        self.len == 0
     }
 
     /// The hot threshold for quantile `q` (nearest-rank: the smallest value with at least a
     /// share `q` of the history at or below it).
     pub fn threshold(&self, q: f64) -> Threshold {
-        if q >= 1.0 || self.recent.is_empty() {
+        if q >= 1.0 || self.is_empty() {
             return Threshold::AllCold;
         }
         if q <= 0.0 {
             return Threshold::AllHot;
         }
-        let len = self.recent.len();
+        let len = self.len;
         // The ceiling of q·len (0 < q < 1, so 0 < q·len < len) without a libm `ceil`.
         let scaled = q * len as f64;
         let whole = scaled as usize;
