@@ -151,9 +151,9 @@ const HELD_IDS: u32 = 1 << 16;
 pub struct Pool {
     /// The replies, oldest first, from `head` on. A vector, not a ring: every decision walks
     /// the whole pool more than once, and a walk over one slice is tighter than one over a
-    /// ring's two halves. The oldest reply, the one most often taken out, leaves by moving
-    /// `head` up rather than the rest down; the slots before `head` are dead, and reclaimed
-    /// when the vector is full (see `Pool::make_room`).
+    /// ring's two halves. A reply is taken out by moving the shorter side: the oldest, the one
+    /// most often taken out, leaves by moving `head` up rather than the rest down. The slots
+    /// before `head` are dead, and reclaimed when the vector is full (see `Pool::make_room`).
     entries: Vec<Entry>,
     /// Where the live replies begin in `entries`.
     head: usize,
@@ -286,11 +286,18 @@ impl Pool {
 
     /// Takes the reply at `index` out of the list (its `held` bit is the caller's).
     fn remove_at(&mut self, index: usize) -> Option<Entry> {
-        if index > 0 {
-            return (index < self.len()).then(|| self.entries.remove(self.head + index));
+        let len = self.len();
+        if index >= len {
+            return None;
         }
-        // The oldest: its slot is left dead.
-        let entry = self.live().first()?.clone();
+        if index >= len / 2 {
+            // Nearer the newest (or the only one): the newer replies move down a slot.
+            return Some(self.entries.remove(self.head + index));
+        }
+        // Nearer the oldest: the older replies move up a slot, and the reply, now first, leaves
+        // as the oldest does, its slot left dead.
+        self.live_mut()[..=index].rotate_right(1);
+        let entry = self.live()[0].clone();
         self.head += 1;
         if self.head == self.entries.len() {
             // Nothing is live: every slot can be reused at no cost.
@@ -673,7 +680,8 @@ mod tests {
         assert!(times.is_sorted() && times.len() <= 4, "{times:?}");
         assert_eq!(times.last(), Some(&Time::from_millis(999)));
         while pool.remove(0).is_some() {}
-        assert!(pool.is_empty() && pool.entries.is_empty());
+        assert!(pool.is_empty() && pool.iter().next().is_none());
+        assert_eq!(pool.entries.capacity(), room);
     }
 
     #[test]
