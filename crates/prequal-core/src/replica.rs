@@ -91,6 +91,18 @@ impl<T> Replicas<T> {
         self.index_of(id).map(|i| &self.states[i])
     }
 
+    /// The state of `id`, if present, looked for first at position `hint` (where it was when
+    /// last looked up, as a pool entry remembers its replica's slot): no search while the set
+    /// is unchanged.
+    #[inline]
+    pub fn get_hinted(&self, id: ReplicaId, hint: usize) -> Option<&T> {
+        if self.ids.get(hint) == Some(&id) {
+            Some(&self.states[hint])
+        } else {
+            self.get(id)
+        }
+    }
+
     /// The state of `id`, mutably, if present.
     pub fn get_mut(&mut self, id: ReplicaId) -> Option<&mut T> {
         self.index_of(id).map(|i| &mut self.states[i])

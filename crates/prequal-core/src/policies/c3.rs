@@ -207,6 +207,7 @@ impl C3Rule {
 
 impl Rule for C3Rule {
     type Context = ();
+    type Facts = ();
     const NAME: &'static str = "c3";
     const READS_RATES: bool = false;
 

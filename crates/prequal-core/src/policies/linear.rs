@@ -205,6 +205,7 @@ fn median_secs(values: &VecDeque<Duration>) -> f64 {
 
 impl Rule for LinearRule {
     type Context = f64;
+    type Facts = ();
     const NAME: &'static str = "linear";
     const READS_LOAD: bool = false;
     const READS_RATES: bool = false;

@@ -45,7 +45,6 @@
 //! replica's naturally higher RIF does not make it hot more often than a slow replica holding
 //! more work.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::config::build_policy::ConfigError;
@@ -118,7 +117,13 @@ const _: () = assert!(HISTORY_LEN <= u8::MAX as usize);
 /// pairs in increasing order.
 #[derive(Clone, Debug)]
 pub struct RifHistory {
-    recent: VecDeque<u32>,
+    /// The values in arrival order, as a ring: the oldest at `next` once it is full (a fixed
+    /// array, cheaper to push to than a growable deque).
+    recent: [u32; HISTORY_LEN],
+    /// How many values are held (at most [`HISTORY_LEN`]).
+    len: usize,
+    /// Where the next value goes: past the newest, on the oldest once the ring is full.
+    next: usize,
     /// `dense[v]` = how many held values equal `v`, for `v < DENSE` (at most `HISTORY_LEN`).
     dense: [u8; DENSE],
     /// How many held values are below `DENSE`.
@@ -130,7 +135,9 @@ pub struct RifHistory {
 impl Default for RifHistory {
     fn default() -> Self {
         Self {
-            recent: VecDeque::with_capacity(HISTORY_LEN),
+            recent: [0; HISTORY_LEN],
+            len: 0,
+            next: 0,
             dense: [0; DENSE],
             dense_total: 0,
             sparse: Vec::new(),
@@ -141,12 +148,13 @@ impl Default for RifHistory {
 impl RifHistory {
     /// Records a reported RIF, forgetting the oldest beyond [`HISTORY_LEN`].
     pub fn push(&mut self, rif: u32) {
-        if self.recent.len() >= HISTORY_LEN
-            && let Some(old) = self.recent.pop_front()
-        {
-            self.forget(old);
+        if self.len == HISTORY_LEN {
+            self.forget(self.recent[self.next]);
+        } else {
+            self.len += 1;
         }
-        self.recent.push_back(rif);
+        self.recent[self.next] = rif;
+        self.next = (self.next + 1) % HISTORY_LEN;
         if let Some(count) = self.dense.get_mut(rif as usize) {
             *count += 1;
             self.dense_total += 1;
@@ -174,24 +182,24 @@ impl RifHistory {
 
     /// Number of values held.
     pub fn len(&self) -> usize {
-        self.recent.len()
+        self.len
     }
 
     /// True when nothing was recorded yet.
     pub fn is_empty(&self) -> bool {
-        self.recent.is_empty()
+        self.len == 0
     }
 
     /// The hot threshold for quantile `q` (nearest-rank: the smallest value with at least a
     /// share `q` of the history at or below it).
     pub fn threshold(&self, q: f64) -> Threshold {
-        if q >= 1.0 || self.recent.is_empty() {
+        if q >= 1.0 || self.is_empty() {
             return Threshold::AllCold;
         }
         if q <= 0.0 {
             return Threshold::AllHot;
         }
-        let len = self.recent.len();
+        let len = self.len;
         // The ceiling of q·len (0 < q < 1, so 0 < q·len < len) without a libm `ceil`.
         let scaled = q * len as f64;
         let whole = scaled as usize;
@@ -346,6 +354,33 @@ impl Observed {
         let weight = (1.0 / f64::from(self.count)).max(OBSERVED_WEIGHT);
         self.latency_ns += weight * (latency_ns - self.latency_ns);
     }
+}
+
+/// What HCL reads of one reply whatever the decision's context ([`Rule::Facts`]): worked out
+/// once per decision, for the context's pass over the pool and for every key.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HclFacts {
+    /// The latency the reply ranks by (`Hcl::latency_ns`).
+    latency_ns: u64,
+    /// The RIF the hot test reads (`Hcl::hot_rif`).
+    hot_rif: u32,
+    /// This client's observed latency from the replica, once known (`MIN_OBSERVED`).
+    known_ns: Option<f64>,
+}
+
+/// [`Hcl::hot_rif`] of a reply reporting `rif` from a replica whose observed latency is
+/// `known_ns`, if known.
+fn rif_as_work(scale: f64, rif: u32, known_ns: Option<f64>) -> u32 {
+    if scale == 0.0 {
+        return rif;
+    }
+    let Some(observed) = known_ns else {
+        return rif;
+    };
+    // Rounded to the nearest whole query without a call to `round` (the value is never
+    // negative; a product that lands on a half may go either way by its last bit). A
+    // float-to-integer cast saturates: no overflow whatever the ratio.
+    (f64::from(rif) * observed * scale + 0.5) as u32
 }
 
 /// The largest expected delay [`hcl_key`] tells apart, in nanoseconds.
@@ -538,13 +573,29 @@ impl Hcl {
         if scale == 0.0 {
             return rif;
         }
-        let Some(observed) = self.observed.get(replica).and_then(Observed::known_ns) else {
-            return rif;
-        };
-        // Rounded to the nearest whole query without a call to `round` (the value is never
-        // negative; a product that lands on a half may go either way by its last bit). A
-        // float-to-integer cast saturates: no overflow whatever the ratio.
-        (f64::from(rif) * observed * scale + 0.5) as u32
+        rif_as_work(scale, rif, self.known_ns(replica))
+    }
+
+    /// This client's observed latency from `replica`, once known ([`MIN_OBSERVED`]).
+    fn known_ns(&self, replica: ReplicaId) -> Option<f64> {
+        self.observed.get(replica).and_then(Observed::known_ns)
+    }
+
+    /// What the rule reads of `entry` with the decision's work scale `scale`
+    /// ([`Hcl::work_scale`]), the replica looked up once for the hot test and the band's delay.
+    #[inline]
+    fn facts_at(&self, scale: f64, entry: &Entry) -> HclFacts {
+        // The rule's replicas are the engine's, in the same order: the entry's slot in the
+        // engine's set is the replica's position here too (checked).
+        let known_ns = self
+            .observed
+            .get_hinted(entry.replica, entry.slot)
+            .and_then(Observed::known_ns);
+        HclFacts {
+            latency_ns: self.latency_ns(entry),
+            hot_rif: rif_as_work(scale, entry.rif, known_ns),
+            known_ns,
+        }
     }
 
     /// Takes a replica's known latency out of the sum of the known ones.
@@ -560,14 +611,8 @@ impl Hcl {
     /// The expected delay a reply ranks by if it falls in the band (None when it does not, or
     /// when the band ranks by RIF): the replica's observed latency, or the known replicas'
     /// mean where it is not known yet ([`MIN_OBSERVED`]), × (1 + RIF / `delay_concurrency`).
-    fn band_delay_ns(
-        &self,
-        cx: &HclContext,
-        entry: &Entry,
-        hot_rif: u32,
-        latency_ns: u64,
-    ) -> Option<u64> {
-        if !self.band_ranks_by_delay || !cx.in_band(hot_rif, latency_ns) {
+    fn band_delay_ns(&self, cx: &HclContext, entry: &Entry, facts: &HclFacts) -> Option<u64> {
+        if !self.band_ranks_by_delay || !cx.in_band(facts.hot_rif, facts.latency_ns) {
             return None;
         }
         // A replica not known yet counts as fast as the known ones on average; with none known
@@ -578,11 +623,7 @@ impl Hcl {
         } else {
             1e6
         };
-        let observed = self
-            .observed
-            .get(entry.replica)
-            .and_then(Observed::known_ns)
-            .unwrap_or(typical);
+        let observed = facts.known_ns.unwrap_or(typical);
         let factor = 1.0 + f64::from(entry.rif) * self.delay_per_rif;
         let factor = if self.delay_power == 1.0 {
             factor
@@ -665,7 +706,13 @@ impl Rule for Hcl {
         }
     }
 
+    type Facts = HclFacts;
+
     fn context_for(&self, pool: &Pool) -> HclContext {
+        self.prepare(pool, &mut Vec::with_capacity(pool.len()))
+    }
+
+    fn prepare(&self, pool: &Pool, facts: &mut Vec<HclFacts>) -> HclContext {
         let threshold = self.history.threshold(self.q_rif);
         let coverage = if self.replicas == 0 {
             1.0
@@ -673,27 +720,21 @@ impl Rule for Hcl {
             (pool.capacity() as f64 / self.replicas as f64).min(1.0)
         };
         let band = self.latency_band * coverage;
-        // The fastest cold and the fastest hot latency, in one pass over the pool.
         let scale = self.work_scale();
-        let (mut fastest_cold, mut fastest_hot) = (None, None);
-        if band > 0.0 || self.max_cold_slowdown > 0.0 {
-            for entry in pool.iter() {
-                let fastest = if threshold.is_hot(self.hot_rif(scale, entry.replica, entry.rif)) {
-                    &mut fastest_hot
-                } else {
-                    &mut fastest_cold
-                };
-                // A ranked latency is never below the reported one, so an entry reported at or
-                // above the fastest so far cannot lower it (and needs no scaling).
-                if fastest.is_some_and(|f| entry.latency_ns >= f) {
-                    continue;
-                }
-                let latency = self.latency_ns(entry);
-                if fastest.is_none_or(|f| latency < f) {
-                    *fastest = Some(latency);
-                }
-            }
+        let start = facts.len();
+        facts.extend(pool.iter().map(|entry| self.facts_at(scale, entry)));
+        // The fastest cold and the fastest hot latency, in a pass over the facts (tighter than
+        // one fused with working them out), indexed by the hot flag without a branch: `seen`
+        // has bit 0 set once a cold reply came, bit 1 once a hot one did. (Without a band or a
+        // slowdown limit neither is read.)
+        let (mut fastest, mut seen) = ([u64::MAX; 2], 0_u8);
+        for reply in &facts[start..] {
+            let hot = usize::from(threshold.is_hot(reply.hot_rif));
+            fastest[hot] = fastest[hot].min(reply.latency_ns);
+            seen |= 1 << hot;
         }
+        let fastest_cold = Some(fastest[0]).filter(|_| seen & 1 != 0);
+        let fastest_hot = Some(fastest[1]).filter(|_| seen & 2 != 0);
         let ceiling = fastest_cold
             .filter(|_| band > 0.0)
             .map(|fastest| Duration::from_nanos(fastest).mul_f64(1.0 + band));
@@ -708,24 +749,31 @@ impl Rule for Hcl {
     }
 
     fn rank(&self, cx: &HclContext, entry: &Entry, _load: &ReplicaLoad) -> Rank {
-        let latency_ns = self.latency_ns(entry);
-        let rif = self.hot_rif(cx.work_scale, entry.replica, entry.rif);
-        let delay = self.band_delay_ns(cx, entry, rif, latency_ns);
+        let facts = self.facts_at(cx.work_scale, entry);
+        let delay = self.band_delay_ns(cx, entry, &facts);
         hcl_rank_in(
             cx,
-            rif,
-            Duration::from_nanos(latency_ns),
+            facts.hot_rif,
+            Duration::from_nanos(facts.latency_ns),
             delay.map(Duration::from_nanos),
         )
     }
 
     type Key = u128;
 
-    fn key(&self, cx: &HclContext, entry: &Entry, _load: &ReplicaLoad) -> u128 {
-        let latency_ns = self.latency_ns(entry);
-        let rif = self.hot_rif(cx.work_scale, entry.replica, entry.rif);
-        let delay = self.band_delay_ns(cx, entry, rif, latency_ns);
-        hcl_key(cx, rif, latency_ns, delay)
+    fn key(&self, cx: &HclContext, entry: &Entry, load: &ReplicaLoad) -> u128 {
+        self.key_from(cx, entry, &self.facts_at(cx.work_scale, entry), load)
+    }
+
+    fn key_from(
+        &self,
+        cx: &HclContext,
+        entry: &Entry,
+        facts: &HclFacts,
+        _load: &ReplicaLoad,
+    ) -> u128 {
+        let delay = self.band_delay_ns(cx, entry, facts);
+        hcl_key(cx, facts.hot_rif, facts.latency_ns, delay)
     }
 
     fn values(&self, cx: &HclContext) -> Vec<(&'static str, f64)> {

@@ -114,8 +114,6 @@ impl<R: Rule> fmt::Debug for Candidates<'_, R> {
 
 /// The index of the entry with the largest `key` (ties go to the first).
 fn worst_by<K: Ord>(pool: &Pool, key: impl Fn(&Entry) -> K) -> Option<usize> {
-    // A fold walks the deque's two halves as two plain slices (a `for` loop over its iterator
-    // checks which half it is in at every step).
     let found = pool
         .iter()
         .enumerate()
@@ -129,23 +127,26 @@ fn worst_by<K: Ord>(pool: &Pool, key: impl Fn(&Entry) -> K) -> Option<usize> {
     found.map(|(index, _)| index)
 }
 
-/// The best entry (the smallest `key`, ties to the last) and the worst (the largest, ties to
-/// the first) in one pass, with the worst's key; `None` for an empty pool.
-fn extremes_by<K: Ord + Copy>(pool: &Pool, key: impl Fn(&Entry) -> K) -> Option<Extremes<K>> {
-    let mut entries = pool.iter();
-    let first = key(entries.next()?);
+/// The best of `replies` (the smallest `key`, ties to the last) and the worst (the largest,
+/// ties to the first) in one pass, with the worst's key; `None` when there are none.
+fn extremes_by<T, K: Ord + Copy>(
+    mut replies: impl ExactSizeIterator<Item = T>,
+    key: impl Fn(T) -> K,
+) -> Option<Extremes<K>> {
+    let len = replies.len();
+    let first = key(replies.next()?);
     let start = Extremes {
         best: 0,
         best_key: first,
         worst: 0,
         worst_key: first,
-        len: pool.len(),
+        len,
     };
     Some(
-        entries
+        replies
             .enumerate()
-            .fold(start, |mut found, (index, entry)| {
-                let k = key(entry);
+            .fold(start, |mut found, (index, reply)| {
+                let k = key(reply);
                 if k <= found.best_key {
                     found.best = index + 1;
                     found.best_key = k;
@@ -157,6 +158,17 @@ fn extremes_by<K: Ord + Copy>(pool: &Pool, key: impl Fn(&Entry) -> K) -> Option<
                 found
             }),
     )
+}
+
+/// How many replies in `pool` are `recent`, counting at most `most`. `recent` must be a test
+/// of recency (true for a reply if for every newer one): the pool is in receipt order, so the
+/// count walks back from the newest and stops at the first that fails, not over the pool.
+fn count_newest(pool: &Pool, most: usize, recent: impl Fn(&Entry) -> bool) -> usize {
+    pool.iter()
+        .rev()
+        .take_while(|e| recent(e))
+        .take(most)
+        .count()
 }
 
 /// What one pass over the pool found: see [`extremes_by`]. `len` is the pool's length then.
@@ -205,6 +217,21 @@ pub trait Rule: fmt::Debug + Send + 'static {
         self.context()
     }
 
+    /// What the rule reads of one reply whatever the decision's context (a ranked latency, the
+    /// replica's state in the rule). For a pick the engine has the rule work these out once for
+    /// the whole pool, with the context ([`Rule::prepare`]), and ranks every reply from them
+    /// ([`Rule::key_from`]), so a rule whose context is itself a pass over the pool looks
+    /// nothing up twice. Rules with nothing to share use `()`.
+    type Facts: Copy + Default + fmt::Debug + Send;
+
+    /// Prepares a decision on `pool`: appends the facts of every reply, in pool order, to
+    /// `facts`, and returns the context ([`Rule::context_for`]). By default the facts are the
+    /// default ones, for rules that share nothing.
+    fn prepare(&self, pool: &Pool, facts: &mut Vec<Self::Facts>) -> Self::Context {
+        facts.extend(pool.iter().map(|_| Self::Facts::default()));
+        self.context_for(pool)
+    }
+
     /// Whether [`Rule::rank`] and [`Rule::key`] read `load`. When they do not, the engine
     /// skips looking the replica up for every reply it ranks (while no replica can be avoided).
     const READS_LOAD: bool = true;
@@ -219,6 +246,18 @@ pub trait Rule: fmt::Debug + Send + 'static {
 
     /// The reply's sort key (smaller is better).
     fn key(&self, cx: &Self::Context, entry: &Entry, load: &ReplicaLoad) -> Self::Key;
+
+    /// [`Rule::key`] from the reply's `facts`, worked out for this decision ([`Rule::prepare`]);
+    /// equal to `key`. By default the facts are not read.
+    fn key_from(
+        &self,
+        cx: &Self::Context,
+        entry: &Entry,
+        _facts: &Self::Facts,
+        load: &ReplicaLoad,
+    ) -> Self::Key {
+        self.key(cx, entry, load)
+    }
 
     /// Scalars for the snapshot.
     fn values(&self, cx: &Self::Context) -> Vec<(&'static str, f64)>;
@@ -268,6 +307,9 @@ pub struct AsyncProbing<R: Rule> {
     probe_batches: VecDeque<(u64, Time)>,
     /// A weighted mean of the probes' round trips, in nanoseconds.
     typical_probe_rtt_ns: Option<f64>,
+    /// The rule's facts of every reply in the pool, in pool order, for the decision under way
+    /// ([`Self::decision_context`]); stale once the pool changes.
+    facts: Vec<R::Facts>,
 }
 
 /// Probe batches remembered for timing replies.
@@ -319,6 +361,7 @@ impl<R: Rule> AsyncProbing<R> {
             typical_latency_ns: None,
             probe_batches: VecDeque::new(),
             typical_probe_rtt_ns: None,
+            facts: Vec::new(),
         }
     }
 
@@ -371,11 +414,7 @@ impl<R: Rule> AsyncProbing<R> {
     /// This client's view of the replica that sent `entry`: found through the entry's slot
     /// hint, or by search if the hint is stale.
     fn load_of(&self, entry: &Entry) -> Option<&ReplicaLoad> {
-        if self.replicas.ids().get(entry.slot) == Some(&entry.replica) {
-            Some(self.replicas.at(entry.slot))
-        } else {
-            self.replicas.get(entry.replica)
-        }
+        self.replicas.get_hinted(entry.replica, entry.slot)
     }
 
     /// Whether the replica that sent `entry` is avoided, and `score` of the reply given this
@@ -403,6 +442,26 @@ impl<R: Rule> AsyncProbing<R> {
         self.assess(entry, now, |load| self.rule.key(cx, entry, load))
     }
 
+    /// [`Self::sort_key`] from the reply's facts for this decision.
+    fn sort_key_from(
+        &self,
+        cx: &R::Context,
+        entry: &Entry,
+        facts: &R::Facts,
+        now: Time,
+    ) -> (bool, R::Key) {
+        self.assess(entry, now, |load| {
+            self.rule.key_from(cx, entry, facts, load)
+        })
+    }
+
+    /// The context of a decision on the pool as it is, with the rule's facts of every reply
+    /// kept for [`Self::select`]: the pool must not change in between.
+    fn decision_context(&mut self) -> R::Context {
+        self.facts.clear();
+        self.rule.prepare(&self.pool, &mut self.facts)
+    }
+
     /// The index of the worst reply (the largest sort key; ties go to the oldest).
     fn worst(&self, cx: &R::Context, now: Time) -> Option<usize> {
         if self.failure_seen || R::READS_LOAD {
@@ -416,14 +475,20 @@ impl<R: Rule> AsyncProbing<R> {
     }
 
     /// The best reply (the smallest sort key; ties go to the newest) and the worst (ties go to
-    /// the oldest) in one pass.
+    /// the oldest) in one pass, ranked with the facts of [`Self::decision_context`].
     fn extremes(&self, cx: &R::Context, now: Time) -> Option<Extremes<(bool, R::Key)>> {
+        debug_assert_eq!(self.facts.len(), self.pool.len(), "facts of another pool");
+        let replies = self.pool.iter().zip(&self.facts);
         if self.failure_seen || R::READS_LOAD {
-            return extremes_by(&self.pool, |entry| self.sort_key(cx, entry, now));
+            return extremes_by(replies, |(entry, facts)| {
+                self.sort_key_from(cx, entry, facts, now)
+            });
         }
         // As in `worst`: no replica is avoided, and the rule ignores the load.
         let unused = ReplicaLoad::default();
-        let found = extremes_by(&self.pool, |entry| self.rule.key(cx, entry, &unused))?;
+        let found = extremes_by(replies, |(entry, facts)| {
+            self.rule.key_from(cx, entry, facts, &unused)
+        })?;
         Some(Extremes {
             best: found.best,
             best_key: (false, found.best_key),
@@ -443,6 +508,7 @@ impl<R: Rule> AsyncProbing<R> {
 
     /// The best reply's index (ties go to the newest), if the pool holds two or more, with
     /// what the same pass found for the removal that follows (see [`Self::remove_per_query`]).
+    /// `cx` is from [`Self::decision_context`], on the pool as it is.
     fn select(&self, cx: &R::Context, now: Time) -> Option<Extremes<(bool, R::Key)>> {
         if self.pool.len() < 2 {
             return None;
@@ -550,11 +616,9 @@ impl<R: Rule> AsyncProbing<R> {
         }
         let horizon = latency as u64;
         let wanted = self.fresh_wanted();
-        let fresh = self
-            .pool
-            .iter()
-            .filter(|e| duration_nanos(e.age(now)) <= horizon);
-        fresh.take(wanted).count() < wanted
+        count_newest(&self.pool, wanted, |e| {
+            duration_nanos(e.age(now)) <= horizon
+        }) < wanted
     }
 
     /// The best reply received at or after `since` (ties go to the newest).
@@ -586,19 +650,14 @@ impl<R: Rule> AsyncProbing<R> {
         let wanted = self.fresh_wanted();
         let covers = self.pool.capacity() >= self.replicas.len();
         while let Some(&(query, since)) = self.waiting.front() {
-            let came = self
-                .pool
-                .iter()
-                .filter(|e| e.received >= since)
-                .take(wanted)
-                .count();
+            let came = count_newest(&self.pool, wanted, |e| e.received >= since);
             let complete = wanted > 0 && came >= wanted;
             if !complete && now < since + self.params.probe_timeout && !self.replicas.is_empty() {
                 // A later query began to wait later: it has no more replies, nor an earlier end.
                 break;
             }
             self.waiting.pop_front();
-            let cx = self.rule.context_for(&self.pool);
+            let cx = self.decision_context();
             let fresh = (complete && covers)
                 .then(|| self.best_received_since(&cx, now, since))
                 .flatten();
@@ -766,7 +825,7 @@ impl<R: Rule> Policy for AsyncProbing<R> {
             self.waited += 1;
             return Pick::Pending;
         }
-        let cx = self.rule.context_for(&self.pool);
+        let cx = self.decision_context();
         let selected = self.select(&cx, now);
         let chosen = match selected {
             Some(found) => self.use_reply(found.best, query.id),

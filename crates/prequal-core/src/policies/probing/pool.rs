@@ -14,7 +14,6 @@
 //! entries and using one of them would raise only that entry's RIF, so the others would keep
 //! advertising the old, low RIF and draw a burst of queries to the same replica.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::policy::LoadReport;
@@ -150,7 +149,14 @@ const HELD_IDS: u32 = 1 << 16;
 /// A bounded pool of probe replies, ordered by receipt time (front = oldest).
 #[derive(Clone, Debug)]
 pub struct Pool {
-    entries: VecDeque<Entry>,
+    /// The replies, oldest first, from `head` on. A vector, not a ring: every decision walks
+    /// the whole pool more than once, and a walk over one slice is tighter than one over a
+    /// ring's two halves. A reply is taken out by moving the shorter side: the oldest, the one
+    /// most often taken out, leaves by moving `head` up rather than the rest down. The slots
+    /// before `head` are dead, and reclaimed when the vector is full (see `Pool::make_room`).
+    entries: Vec<Entry>,
+    /// Where the live replies begin in `entries`.
+    head: usize,
     /// Bit `id` is set while the pool holds a reply from replica `id` (for ids below
     /// [`HELD_IDS`]), so most inserts, which are from replicas not held, skip the search for
     /// an older reply to supersede.
@@ -165,8 +171,11 @@ impl Pool {
     pub fn new(capacity: usize, max_age: Duration) -> Self {
         let capacity = capacity.max(1);
         Self {
-            // Room for a typical pool up front; a larger one grows as replies come.
-            entries: VecDeque::with_capacity(capacity.min(64)),
+            // Room for a typical pool up front, twice over so the dead slots left by the oldest
+            // replies are reclaimed only every pool's worth of them; a larger pool grows as
+            // replies come.
+            entries: Vec::with_capacity(2 * capacity.min(64)),
+            head: 0,
             held: Vec::new(),
             capacity,
             max_age,
@@ -175,12 +184,37 @@ impl Pool {
 
     /// Number of replies held.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.entries.len() - self.head
     }
 
     /// True when no reply is held.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.len() == 0
+    }
+
+    /// The replies held, oldest first.
+    fn live(&self) -> &[Entry] {
+        &self.entries[self.head..]
+    }
+
+    /// The replies held, oldest first, mutably.
+    fn live_mut(&mut self) -> &mut [Entry] {
+        &mut self.entries[self.head..]
+    }
+
+    /// Reclaims the dead slots before `head` (the live replies move to the front).
+    fn compact(&mut self) {
+        self.entries.drain(..self.head);
+        self.head = 0;
+    }
+
+    /// Makes room for one more reply: when the vector is full, the dead slots are reclaimed
+    /// before it grows, so with a vector of twice the pool's capacity the live replies move
+    /// once for every pool's worth of oldest replies taken out.
+    fn make_room(&mut self) {
+        if self.head > 0 && self.entries.len() == self.entries.capacity() {
+            self.compact();
+        }
     }
 
     /// The most replies the pool holds.
@@ -219,7 +253,7 @@ impl Pool {
                 return None;
             }
         }
-        self.entries.iter().position(|e| e.replica == replica)
+        self.live().iter().position(|e| e.replica == replica)
     }
 
     /// A load report from `replica`, received at `now` unasked (piggybacked on a response),
@@ -241,7 +275,7 @@ impl Pool {
         let Some(index) = self.position(replica) else {
             return false;
         };
-        let held = &self.entries[index];
+        let held = &self.live()[index];
         if held.received > now {
             return false;
         }
@@ -250,22 +284,45 @@ impl Pool {
         true
     }
 
+    /// Takes the reply at `index` out of the list (its `held` bit is the caller's).
+    fn remove_at(&mut self, index: usize) -> Option<Entry> {
+        let len = self.len();
+        if index >= len {
+            return None;
+        }
+        if index >= len / 2 {
+            // Nearer the newest (or the only one): the newer replies move down a slot.
+            return Some(self.entries.remove(self.head + index));
+        }
+        // Nearer the oldest: the older replies move up a slot, and the reply, now first, leaves
+        // as the oldest does, its slot left dead.
+        self.live_mut()[..=index].rotate_right(1);
+        let entry = self.live()[0].clone();
+        self.head += 1;
+        if self.head == self.entries.len() {
+            // Nothing is live: every slot can be reused at no cost.
+            self.entries.clear();
+            self.head = 0;
+        }
+        Some(entry)
+    }
+
     /// Removes the oldest reply.
     fn pop_oldest(&mut self) -> Option<Entry> {
-        let entry = self.entries.pop_front()?;
+        let entry = self.remove_at(0)?;
         self.mark(entry.replica, false);
         Some(entry)
     }
 
     /// The replies, oldest first.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = &Entry> + DoubleEndedIterator {
-        self.entries.iter()
+        self.live().iter()
     }
 
     /// Changes the capacity (at least one); when it shrinks, the oldest replies leave first.
     pub fn set_capacity(&mut self, capacity: usize) {
         self.capacity = capacity.max(1);
-        while self.entries.len() > self.capacity {
+        while self.len() > self.capacity {
             self.pop_oldest();
         }
     }
@@ -279,7 +336,7 @@ impl Pool {
     /// the two apart, and it settles that use. Never below zero.
     pub fn on_finished(&mut self, replica: ReplicaId, dispatched: Time) {
         if let Some(index) = self.position(replica) {
-            self.entries[index].settle(dispatched, false);
+            self.live_mut()[index].settle(dispatched, false);
         }
     }
 
@@ -287,7 +344,7 @@ impl Pool {
     /// held, is the other clients' share ([`Entry::with_own`]) plus them.
     pub fn set_own(&mut self, replica: ReplicaId, own: u32) {
         if let Some(index) = self.position(replica) {
-            self.entries[index].set_own(own);
+            self.live_mut()[index].set_own(own);
         }
     }
 
@@ -297,7 +354,7 @@ impl Pool {
     /// one search for the reply.
     pub fn on_finished_with_own(&mut self, replica: ReplicaId, dispatched: Option<Time>, own: u32) {
         if let Some(index) = self.position(replica) {
-            let entry = &mut self.entries[index];
+            let entry = &mut self.live_mut()[index];
             if let Some(dispatched) = dispatched {
                 entry.settle(dispatched, true);
             }
@@ -307,7 +364,7 @@ impl Pool {
 
     /// The reply at `index` (0 = oldest).
     pub fn get(&self, index: usize) -> Option<&Entry> {
-        self.entries.get(index)
+        self.live().get(index)
     }
 
     /// Adds a reply, superseding an older reply from the same replica, else evicting the
@@ -318,31 +375,32 @@ impl Pool {
         entry.budget = entry.budget.max(1);
         let held = self.position(entry.replica);
         if let Some(index) = held
-            && self.entries[index].received > entry.received
+            && self.live()[index].received > entry.received
         {
             return None;
         }
         let evicted = if let Some(index) = held {
-            self.entries.remove(index)
-        } else if self.entries.len() >= self.capacity {
+            self.remove_at(index)
+        } else if self.len() >= self.capacity {
             self.pop_oldest()
         } else {
             None
         };
         self.mark(entry.replica, true);
+        self.make_room();
         // Drivers hand in non-decreasing times, so this is the back; the search only guards
         // the order (and with it `expire`) against one that does not.
         if self
-            .entries
-            .back()
+            .live()
+            .last()
             .is_none_or(|e| e.received <= entry.received)
         {
-            self.entries.push_back(entry);
+            self.entries.push(entry);
         } else {
             let at = self
-                .entries
+                .live()
                 .partition_point(|e| e.received <= entry.received);
-            self.entries.insert(at, entry);
+            self.entries.insert(self.head + at, entry);
         }
         evicted
     }
@@ -352,8 +410,8 @@ impl Pool {
     pub fn expire(&mut self, now: Time) -> usize {
         let mut dropped = 0;
         while self
-            .entries
-            .front()
+            .live()
+            .first()
             .is_some_and(|e| e.age(now) > self.max_age)
         {
             self.pop_oldest();
@@ -364,20 +422,21 @@ impl Pool {
 
     /// Drops every reply from `replica` (it left the replica set).
     pub fn remove_replica(&mut self, replica: ReplicaId) {
+        self.compact();
         self.entries.retain(|e| e.replica != replica);
         self.mark(replica, false);
     }
 
     /// Refreshes every reply's replica-set position after a membership change.
     pub(crate) fn reslot(&mut self, slot_of: impl Fn(ReplicaId) -> Option<usize>) {
-        for entry in &mut self.entries {
+        for entry in self.live_mut() {
             entry.slot = slot_of(entry.replica).unwrap_or(usize::MAX);
         }
     }
 
     /// Removes and returns the reply at `index`.
     pub fn remove(&mut self, index: usize) -> Option<Entry> {
-        let entry = self.entries.remove(index)?;
+        let entry = self.remove_at(index)?;
         self.mark(entry.replica, false);
         Some(entry)
     }
@@ -389,7 +448,7 @@ impl Pool {
         let Some(index) = self.position(replica) else {
             return;
         };
-        let entry = &mut self.entries[index];
+        let entry = &mut self.live_mut()[index];
         if entry.received != received || entry.uses == 0 {
             return;
         }
@@ -401,7 +460,7 @@ impl Pool {
     /// Uses the reply at `index` for one query: its RIF goes up by one (the query this client
     /// is about to send), and it is removed once its budget is spent. Returns the replica.
     pub fn use_entry(&mut self, index: usize) -> Option<ReplicaId> {
-        let entry = self.entries.get_mut(index)?;
+        let entry = self.live_mut().get_mut(index)?;
         entry.rif = entry.rif.saturating_add(1);
         entry.uses = entry.uses.saturating_add(1);
         let replica = entry.replica;
@@ -603,6 +662,26 @@ mod tests {
         pool.insert(entry(4, 1, 1));
         let ids: Vec<u32> = pool.iter().map(|e| e.replica.0).collect();
         assert_eq!(ids, vec![4, 3]);
+    }
+
+    #[test]
+    fn the_slots_the_oldest_replies_leave_are_reused() {
+        let mut pool = Pool::new(4, Duration::from_secs(1));
+        let room = pool.entries.capacity();
+        for at in 0..1000 {
+            pool.insert(entry(at % 7, at.into(), 1));
+            if at % 3 == 0 {
+                pool.remove(1.min(pool.len() - 1));
+            }
+        }
+        assert_eq!(pool.entries.capacity(), room, "the vector never grew");
+        // Still in receipt order, the newest last.
+        let times: Vec<Time> = pool.iter().map(|e| e.received).collect();
+        assert!(times.is_sorted() && times.len() <= 4, "{times:?}");
+        assert_eq!(times.last(), Some(&Time::from_millis(999)));
+        while pool.remove(0).is_some() {}
+        assert!(pool.is_empty() && pool.iter().next().is_none());
+        assert_eq!(pool.entries.capacity(), room);
     }
 
     #[test]
