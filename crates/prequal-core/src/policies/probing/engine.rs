@@ -161,8 +161,8 @@ fn extremes_by<T, K: Ord + Copy>(
 }
 
 /// How many replies in `pool` are `recent`, counting at most `most`. `recent` must be a test
-/// of recency (true for a reply if for every newer one): the pool is in receipt order, so the
-/// count walks back from the newest and stops at the first that fails, not over the pool.
+/// of recency (if true for a reply, true for every newer one): the pool is in receipt order, so
+/// the count walks back from the newest and stops at the first that fails, not over the pool.
 fn count_newest(pool: &Pool, most: usize, recent: impl Fn(&Entry) -> bool) -> usize {
     pool.iter()
         .rev()

@@ -172,8 +172,8 @@ impl Pool {
         let capacity = capacity.max(1);
         Self {
             // Room for a typical pool up front, twice over so the dead slots left by the oldest
-            // replies are reclaimed only every pool's worth of them; a larger pool grows as
-            // replies come.
+            // replies are reclaimed only every pool's worth of them; a larger pool's vector
+            // grows as replies come, to at least twice its capacity (`Pool::make_room`).
             entries: Vec::with_capacity(2 * capacity.min(64)),
             head: 0,
             held: Vec::new(),
@@ -208,11 +208,16 @@ impl Pool {
         self.head = 0;
     }
 
-    /// Makes room for one more reply: when the vector is full, the dead slots are reclaimed
-    /// before it grows, so with a vector of twice the pool's capacity the live replies move
-    /// once for every pool's worth of oldest replies taken out.
+    /// Makes room for one more reply: when the vector is full and has room for twice the
+    /// pool's capacity, the dead slots are reclaimed; a smaller vector grows instead. So the
+    /// vector stays under four times the pool's capacity, and the live replies move once for
+    /// every pool's worth of oldest replies taken out, whatever the capacity (a vector only
+    /// as large as the pool would move them all for every reply).
     fn make_room(&mut self) {
-        if self.head > 0 && self.entries.len() == self.entries.capacity() {
+        if self.head > 0
+            && self.entries.len() == self.entries.capacity()
+            && self.entries.capacity() >= 2 * self.capacity
+        {
             self.compact();
         }
     }
@@ -290,16 +295,17 @@ impl Pool {
         if index >= len {
             return None;
         }
-        if index >= len / 2 {
+        let entry = if index >= len / 2 {
             // Nearer the newest (or the only one): the newer replies move down a slot.
-            return Some(self.entries.remove(self.head + index));
-        }
-        // Nearer the oldest: the older replies move up a slot, and the reply, now first, leaves
-        // as the oldest does, its slot left dead.
-        self.live_mut()[..=index].rotate_right(1);
-        let entry = self.live()[0].clone();
-        self.head += 1;
-        if self.head == self.entries.len() {
+            self.entries.remove(self.head + index)
+        } else {
+            // Nearer the oldest: the older replies move up a slot, and the reply, now first,
+            // leaves as the oldest does, its slot left dead.
+            self.live_mut()[..=index].rotate_right(1);
+            self.head += 1;
+            self.entries[self.head - 1].clone()
+        };
+        if self.is_empty() {
             // Nothing is live: every slot can be reused at no cost.
             self.entries.clear();
             self.head = 0;
@@ -682,6 +688,22 @@ mod tests {
         while pool.remove(0).is_some() {}
         assert!(pool.is_empty() && pool.iter().next().is_none());
         assert_eq!(pool.entries.capacity(), room);
+    }
+
+    #[test]
+    fn a_large_pool_grows_its_vector_to_twice_its_capacity_and_no_further() {
+        // A vector no larger than the pool would be compacted (every reply moved) on every
+        // insert that evicts the oldest.
+        let mut pool = Pool::new(128, Duration::from_secs(1));
+        for at in 0..10_000_u32 {
+            pool.insert(entry(at, at.into(), 1));
+        }
+        assert_eq!(pool.len(), 128);
+        let room = pool.entries.capacity();
+        assert!((2 * 128..4 * 128).contains(&room), "{room}");
+        let times: Vec<Time> = pool.iter().map(|e| e.received).collect();
+        assert!(times.is_sorted(), "{times:?}");
+        assert_eq!(times.first(), Some(&Time::from_millis(10_000 - 128)));
     }
 
     #[test]
