@@ -14,7 +14,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use prequal_core::EstimatorConfig;
 use prequal_server::shutdown_signal;
-use prequal_sim::model::{CapacitySpec, DistSpec, EpisodeSpec, ServersSpec, SpeedSpec};
+use prequal_sim::model::{
+    CancelledWork, CapacitySpec, DistSpec, EpisodeSpec, ServersSpec, SpeedSpec,
+};
 use prequal_sim::scenario::Scenario;
 use prequal_testbed::backend::{Backend, BackendSpec, Bind};
 use serde::de::DeserializeOwned;
@@ -101,6 +103,12 @@ fn until_unix_ms(unix_ms: u64) -> Result<Duration> {
 pub fn run(args: &Args) -> Result<()> {
     crate::sidecar::init_logging();
     let spec = spec_from_args(args)?;
+    if spec.servers.cancelled_work == CancelledWork::Finish {
+        tracing::warn!(
+            "the scenario's servers.cancelled_work = \"finish\" is for the simulator: the \
+             emulated replicas drop the work of a request whose client went away"
+        );
+    }
     let bind = Bind {
         host: args.host,
         base_port: args.base_port,
@@ -192,6 +200,7 @@ fn spec_from_args(args: &Args) -> Result<BackendSpec> {
         probe_cost: None,
         speed,
         episodes,
+        cancelled_work: Default::default(),
     };
     // Trace files named in flags resolve against the working directory.
     BackendSpec::new(

@@ -34,7 +34,8 @@ pub use episode::{Effects, EpisodeSpec, Fault, ServerSet};
 pub use error::ModelError;
 pub use round::round_to_u64;
 pub use server::{
-    Admission, AntagonistSpec, CapacitySpec, ReplicaModel, ServersSpec, SpeedSpec, ThreadPoolSpec,
+    Admission, AntagonistSpec, CancelledWork, CapacitySpec, ReplicaModel, ServersSpec, SpeedSpec,
+    ThreadPoolSpec,
 };
 pub use threads::ThreadPool;
 pub use work::Work;

@@ -60,6 +60,25 @@ pub struct ServersSpec {
     /// Episodes.
     #[serde(default)]
     pub episodes: Vec<EpisodeSpec>,
+    /// What a replica does with the work of a query whose client went away (a hedge's loser,
+    /// a try past its timeout): drop it (default) or finish it.
+    #[serde(default)]
+    pub cancelled_work: CancelledWork,
+}
+
+/// `servers.cancelled_work`: what a replica does with the work of a query whose client went
+/// away. Either way the load tracker counts the query out when its client goes (a sidecar's
+/// request ends then), and no response reaches anyone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CancelledWork {
+    /// The work stops at once and frees its share of the replica (a server that notices the
+    /// client left, as `prequal backend` and the simulator did before this setting).
+    #[default]
+    Drop,
+    /// The work runs to its end, holding its worker or CPU share until then (most servers:
+    /// Python's `http.server`, a thread pool that does not check the connection).
+    Finish,
 }
 
 /// `[servers.capacity]`: processor sharing over a CPU allocation.
@@ -562,6 +581,19 @@ mod tests {
         let s: ServersSpec = toml::from_str(text).unwrap();
         s.validate().unwrap();
         s
+    }
+
+    #[test]
+    fn cancelled_work_is_dropped_unless_finish_is_asked_for() {
+        let base = "count = 2\nlatency = { kind = \"constant\", value = \"1ms\" }\n";
+        assert_eq!(spec(base).cancelled_work, CancelledWork::Drop);
+        let finish = format!("{base}cancelled_work = \"finish\"\n");
+        assert_eq!(spec(&finish).cancelled_work, CancelledWork::Finish);
+        let keep = format!("{base}cancelled_work = \"keep\"\n");
+        let err = toml::from_str::<ServersSpec>(&keep)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`drop` or `finish`"), "{err}");
     }
 
     #[test]

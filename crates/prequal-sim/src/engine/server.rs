@@ -6,7 +6,7 @@ use prequal_core::{Arrival, LoadTracker, Time};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
-use crate::model::{JobId, ReplicaModel};
+use crate::model::{CancelledWork, JobId, ReplicaModel};
 use crate::scenario::Compiled;
 use rustc_hash::FxHashMap as IdMap;
 
@@ -21,6 +21,9 @@ struct Job {
     arrival: Arrival,
     error: bool,
     cpu: Option<JobId>,
+    /// Its client went away and the replica finishes the work anyway
+    /// (`servers.cancelled_work = "finish"`): it answers no one when done.
+    orphan: bool,
 }
 
 /// One replica: its model, its load tracker, the queries it is serving.
@@ -41,6 +44,8 @@ pub(super) struct Server {
     /// When the replica last rejoined after a deploy: a try sent before then was to the old
     /// process, which the clients' balancers forgot when it left.
     pub(super) joined_at: Time,
+    /// What the replica does with the work of a query whose client went away.
+    cancelled_work: CancelledWork,
 }
 
 impl Server {
@@ -59,6 +64,7 @@ impl Server {
             killed: false,
             redeployed: model.redeploying(Time::ZERO),
             joined_at: Time::ZERO,
+            cancelled_work: spec.cancelled_work,
             model,
         }
     }

@@ -121,6 +121,89 @@ steps = [{ duration = "2s", level = 50.0 }]
         assert_eq!(summary.successes, summary.queries, "{summary:?}");
     }
 
+    /// Two thread-pool replicas of one worker, 10 ms per query, at 40% of capacity; every
+    /// query hedged after 2 ms, so about every query has a loser to cancel.
+    const POOL: &str = r#"
+contenders = ["round-robin"]
+latency_objective = "1s"
+[servers]
+count = 2
+cancelled_work = "WORK"
+[servers.thread_pool]
+workers = 1
+service = { kind = "constant", value = "10ms" }
+[clients]
+count = 1
+deadline = "5s"
+[load]
+steps = [{ duration = "4s", level = 0.4, unit = "capacity" }]
+"#;
+
+    /// Runs [`POOL`] with `work` as `cancelled_work`, hedging every query after 2 ms.
+    fn run_pool(work: &str) -> Sim<'static> {
+        let compiled = Box::leak(Box::new(
+            Scenario::parse(&POOL.replace("WORK", work), Path::new("t.toml")).unwrap(),
+        ));
+        let policy = PolicyConfig::from_name("round-robin").unwrap();
+        let hedge = HedgeConfig {
+            delay: Some(Duration::from_millis(2)),
+            ratio: 1.0,
+            idle_only: false,
+            ..HedgeConfig::default()
+        };
+        let config = balancer(compiled, Some(&hedge));
+        let mut sim = Sim::new(compiled, &policy, &config, 1.0).unwrap();
+        sim.start();
+        sim.drive();
+        sim
+    }
+
+    #[test]
+    fn a_replica_that_finishes_cancelled_work_stays_busy_and_answers_no_one() {
+        let (mut dropped, mut finished) = (run_pool("drop"), run_pool("finish"));
+        let busy = |s: &Sim| -> f64 {
+            let servers = s.recorder.finish().servers;
+            servers
+                .iter()
+                .filter_map(|r| r.mean_utilization)
+                .sum::<f64>()
+                / 2.0
+        };
+        let (busy_dropped, busy_finished) = (busy(&dropped), busy(&finished));
+        // Each hedge's loser holds its worker to the end of its 10 ms instead of letting it go.
+        assert!(
+            busy_finished > 1.25 * busy_dropped,
+            "{busy_dropped} {busy_finished}"
+        );
+        for sim in [&mut dropped, &mut finished] {
+            let summary = sim.recorder.finish().summary;
+            let hedges = sim.hedge_summary().unwrap();
+            assert!(hedges.sent > summary.queries / 2, "{hedges:?}");
+            // A finished loser's answer goes nowhere: every query answered once, none failed.
+            assert_eq!(summary.successes, summary.queries, "{summary:?}");
+            let now = sim.now;
+            for client in &mut sim.clients {
+                assert!(
+                    client
+                        .balancer
+                        .snapshot(now)
+                        .replicas
+                        .iter()
+                        .all(|r| r.local_rif == 0)
+                );
+                assert!(client.is_idle());
+            }
+        }
+        // The replicas' queues grow with the extra work, so queries wait longer.
+        let mean = |s: &Sim| s.recorder.finish().summary.latency_ms.mean;
+        assert!(
+            mean(&finished) > mean(&dropped),
+            "{} {}",
+            mean(&dropped),
+            mean(&finished)
+        );
+    }
+
     #[test]
     fn same_seed_same_hedged_run() {
         let config = HedgeConfig::default();

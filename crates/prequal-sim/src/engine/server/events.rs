@@ -6,7 +6,7 @@ use prequal_core::{LoadReport, LoadTracker, Outcome};
 
 use super::Job;
 use crate::engine::{Event, Sim};
-use crate::model::{Admission, Fault};
+use crate::model::{Admission, CancelledWork, Fault};
 
 impl Sim<'_> {
     pub(in crate::engine) fn on_query_at_server(&mut self, c: u32, s: u32, query: u64) {
@@ -30,6 +30,7 @@ impl Sim<'_> {
             arrival,
             error,
             cpu: None,
+            orphan: false,
         };
         match admission {
             Admission::After(d) => {
@@ -100,6 +101,7 @@ impl Sim<'_> {
                     arrival,
                     error: false,
                     cpu: None,
+                    orphan: false,
                 });
                 self.note_server_slot(c, query, slot);
             }
@@ -120,7 +122,9 @@ impl Sim<'_> {
                     server.by_cpu.remove(&id);
                     cpu.cancel(now, id, &mut self.done);
                 }
-                reset.push((job.client, job.query));
+                if !job.orphan {
+                    reset.push((job.client, job.query));
+                }
             }
         }
         server.tracker = LoadTracker::new(estimator);
@@ -144,6 +148,10 @@ impl Sim<'_> {
         let Some(job) = server.take(slot) else {
             return;
         };
+        if job.orphan {
+            // Its client went away: the tracker counted it out then, and no one waits for it.
+            return;
+        }
         let outcome = if job.error {
             Outcome::Error
         } else {
@@ -209,20 +217,33 @@ impl Sim<'_> {
     ) {
         let now = self.now;
         let server = &mut self.servers[s as usize];
-        let matches = server
+        let Some(job) = server
             .jobs
-            .get(slot as usize)
-            .is_some_and(|j| j.live && j.client == c && j.query == query);
-        if !matches {
-            return; // Already answered (the response is on its way).
-        }
-        let Some(job) = server.take(slot) else {
-            return;
+            .get_mut(slot as usize)
+            .filter(|j| j.live && !j.orphan && j.client == c && j.query == query)
+        else {
+            return; // Already answered (the response is on its way), or already given up on.
+        };
+        // Work that holds a worker or a CPU share runs on if the replica finishes what it
+        // started; a query without any (a latency model's, a black hole's) has nothing to
+        // finish.
+        let finish = server.cancelled_work == CancelledWork::Finish && job.cpu.is_some();
+        let job = if finish {
+            job.orphan = true;
+            *job
+        } else {
+            let Some(job) = server.take(slot) else {
+                return;
+            };
+            job
         };
         if outcome == Outcome::Cancelled {
             server.tracker.on_abandon(job.arrival, now);
         } else {
             server.tracker.on_finish(job.arrival, outcome, now);
+        }
+        if finish {
+            return;
         }
         if let (Some(id), Some(cpu)) = (job.cpu, server.model.cpu_mut()) {
             server.by_cpu.remove(&id);
