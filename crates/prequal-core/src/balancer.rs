@@ -298,9 +298,18 @@ impl Balancer {
     /// Whether some usable replica not in `tried` passes `idle`: where a hedge may go with
     /// `idle_only` ([`crate::hedge::HedgeConfig`]). Pure.
     fn has_idle_untried(&self, tried: &[ReplicaId], idle: Idle) -> bool {
+        self.idle_outside(tried, idle).next().is_some()
+    }
+
+    /// The usable replicas outside `exclude` that `idle` admits.
+    fn idle_outside<'a>(
+        &'a self,
+        exclude: &'a [ReplicaId],
+        idle: Idle,
+    ) -> impl Iterator<Item = (ReplicaId, &'a Member)> + 'a {
         self.members
             .iter()
-            .any(|(id, m)| m.in_policy && idle.admits(m) && !tried.contains(&id))
+            .filter(move |(id, m)| m.in_policy && idle.admits(m) && !exclude.contains(id))
     }
 
     /// The idle test for a request that started at `since`, under the current hedge delay.
@@ -421,9 +430,7 @@ impl Balancer {
     /// the shortest (one with none known yet after every known one; ties to the lowest id).
     /// Draws nothing.
     fn fastest_idle(&self, exclude: &[ReplicaId], idle: Idle) -> Option<ReplicaId> {
-        self.members
-            .iter()
-            .filter(|(id, m)| m.in_policy && idle.admits(m) && !exclude.contains(id))
+        self.idle_outside(exclude, idle)
             .min_by_key(|(id, m)| (m.usual_nanos.wrapping_sub(1), id.0))
             .map(|(id, _)| id)
     }

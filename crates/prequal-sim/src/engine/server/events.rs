@@ -205,8 +205,9 @@ impl Sim<'_> {
         self.finish_cpu_jobs(s);
     }
 
-    /// Drops the work of a query whose client gave up (`Timeout`) or took another try's
-    /// response (`Cancelled`), so it frees the replica.
+    /// A query's client gave up (`Timeout`) or took another try's response (`Cancelled`): the
+    /// tracker counts it out, and its work is dropped, freeing the replica, or with
+    /// `cancelled_work = "finish"` runs to its end and answers no one (`respond`).
     pub(in crate::engine) fn cancel_at_server(
         &mut self,
         s: u32,
@@ -224,19 +225,11 @@ impl Sim<'_> {
         else {
             return; // Already answered (the response is on its way), or already given up on.
         };
-        // Work that holds a worker or a CPU share runs on if the replica finishes what it
-        // started; a query without any (a latency model's, a black hole's) has nothing to
-        // finish.
+        // Only work that holds a worker or a CPU share can be finished; a query without any (a
+        // latency model's, a black hole's) has nothing to finish.
         let finish = server.cancelled_work == CancelledWork::Finish && job.cpu.is_some();
-        let job = if finish {
-            job.orphan = true;
-            *job
-        } else {
-            let Some(job) = server.take(slot) else {
-                return;
-            };
-            job
-        };
+        job.orphan = finish;
+        let job = *job;
         if outcome == Outcome::Cancelled {
             server.tracker.on_abandon(job.arrival, now);
         } else {
@@ -245,6 +238,7 @@ impl Sim<'_> {
         if finish {
             return;
         }
+        server.take(slot);
         if let (Some(id), Some(cpu)) = (job.cpu, server.model.cpu_mut()) {
             server.by_cpu.remove(&id);
             cpu.cancel(now, id, &mut self.done);
