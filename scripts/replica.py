@@ -6,8 +6,9 @@ service time. Like most servers it finishes a request whose client went away.
 Usage: replica.py PORT [--workers N] [--service KIND:SECONDS[:SD]] [--factor F] [--seed S]
                        [--slow-path PREFIX=SECONDS] [--slow-flag FILE] [--nodelay]
 
---workers N      requests wait FIFO for N workers (a semaphore's waiters wake in order);
-                 without it every request is served at once
+--workers N      requests wait FIFO for N workers: a worker that finishes is handed to the
+                 oldest waiting request, never taken by one arriving meanwhile; without it
+                 every request is served at once
 --service        fixed:S, exp:MEAN or lognormal:MEAN:SD, in seconds (default fixed:0.01)
 --factor F       every service time times F (a slower machine)
 --seed S         seed of the service times (default: unseeded)
@@ -18,6 +19,7 @@ Usage: replica.py PORT [--workers N] [--service KIND:SECONDS[:SD]] [--factor F] 
                  by up to 40 ms
 """
 import argparse
+import collections
 import http.server
 import math
 import os
@@ -51,6 +53,36 @@ def service_times(spec, factor, seed):
     return locked
 
 
+class FifoWorkers:
+    """N workers that requests wait for in arrival order. A `threading.Semaphore` is not
+    that: its waiters are woken in order, but a request arriving between a release and the
+    woken waiter's turn takes the free worker first, so under a queue some requests wait far
+    longer than the ones ahead of them. Here a released worker passes straight to the oldest
+    waiter."""
+
+    def __init__(self, count):
+        self.free = count
+        self.lock = threading.Lock()
+        self.waiting = collections.deque()
+
+    def __enter__(self):
+        with self.lock:
+            if self.free > 0:
+                self.free -= 1
+                return self
+            turn = threading.Event()
+            self.waiting.append(turn)
+        turn.wait()
+        return self
+
+    def __exit__(self, *_):
+        with self.lock:
+            if self.waiting:
+                self.waiting.popleft().set()
+            else:
+                self.free += 1
+
+
 def main():
     parser = argparse.ArgumentParser(description="a replica for the live scripts")
     parser.add_argument("port", type=int)
@@ -67,7 +99,7 @@ def main():
     if args.slow_path:
         slow_prefix, _, seconds = args.slow_path.partition("=")
         slow_seconds = float(seconds)
-    workers = threading.Semaphore(args.workers) if args.workers else None
+    workers = FifoWorkers(args.workers) if args.workers else None
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
