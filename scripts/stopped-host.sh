@@ -12,7 +12,8 @@
 # columns are errors and timeouts. A stopped sidecar may hold a response whose head it has
 # relayed and whose body it has not: streamed, that request waits out the client's timeout.
 #
-# Needs python3. Usage: scripts/stopped-host.sh   (env: RUNS=2)
+# Needs python3. Usage: scripts/stopped-host.sh   (env: RUNS=2, REPLICA_QUEUE=fifo; semaphore gives
+# the replicas the out-of-order queue they had before 2026-11-28, scripts/replica.py --queue)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/live-lib.sh
@@ -33,7 +34,8 @@ trap cleanup EXIT
 start_replica() {
     local i=$1 factor=1
     [ "$i" -ge 4 ] && factor=2
-    python3 scripts/replica.py "1910$i" --workers 4 --service exp:0.01 --factor "$factor" \
+    python3 scripts/replica.py "1910$i" --workers 4 --queue "${REPLICA_QUEUE:-fifo}" \
+        --service exp:0.01 --factor "$factor" \
         >/dev/null 2>&1 &
     local service=$!
     "$BIN" sidecar --listen "127.0.0.1:1920$i" --upstream "127.0.0.1:1910$i" >/dev/null 2>&1 &
