@@ -124,6 +124,59 @@ impl<T> EventQueue<T> {
         Some((Time::from_nanos(self.last), item))
     }
 
+    /// Removes and returns the earliest event if it is due before `limit`; otherwise leaves the
+    /// queue as it is, its floor included (as [`EventQueue::peek_time`] does).
+    ///
+    /// One call in place of a peek and a pop: the simulator pops a queued event only when it
+    /// comes before the next CPU wake-up, and this finds the lowest occupied slot once.
+    pub fn pop_before(&mut self, limit: Time) -> Option<(Time, T)> {
+        let limit = limit.as_nanos();
+        if !self.now.is_empty() {
+            if self.last >= limit {
+                return None;
+            }
+            let item = self.now.pop_front()?;
+            self.len -= 1;
+            return Some((Time::from_nanos(self.last), item));
+        }
+        if self.levels == 0 {
+            return None;
+        }
+        let (level, slot) = self.lowest_slot();
+        let key = match self.peeked {
+            Some(key) => key,
+            None => {
+                let key = Self::min_key(&self.buckets[level * SLOTS + slot])?;
+                self.peeked = Some(key);
+                key
+            }
+        };
+        if key >= limit {
+            return None;
+        }
+        let item = self.take_slot(level, slot)?;
+        self.len -= 1;
+        Some((Time::from_nanos(self.last), item))
+    }
+
+    /// The lowest occupied (level, slot): it holds the minimum, since every key in it is below
+    /// every key in a higher slot or level. The queue must not be empty.
+    #[inline]
+    fn lowest_slot(&self) -> (usize, usize) {
+        let level = self.levels.trailing_zeros() as usize;
+        let slot = self.slots[level].trailing_zeros() as usize;
+        (level, slot)
+    }
+
+    /// The smallest key in `bucket` (nearly always its only item).
+    #[inline]
+    fn min_key(bucket: &[(u64, T)]) -> Option<u64> {
+        match bucket {
+            [(key, _)] => Some(*key),
+            _ => bucket.iter().map(|&(key, _)| key).min(),
+        }
+    }
+
     /// Empties the lowest occupied slot: its minimum becomes the last key, and the first item
     /// with that key is returned; the others with that key go to the FIFO, the rest to lower
     /// levels.
@@ -131,10 +184,14 @@ impl<T> EventQueue<T> {
         if self.levels == 0 {
             return None;
         }
+        let (level, slot) = self.lowest_slot();
+        self.take_slot(level, slot)
+    }
+
+    /// [`EventQueue::refill`] from the lowest occupied slot, `(level, slot)`.
+    fn take_slot(&mut self, level: usize, slot: usize) -> Option<T> {
         // A peek since the buckets last changed shape found the minimum already.
         let peeked = self.peeked.take();
-        let level = self.levels.trailing_zeros() as usize;
-        let slot = self.slots[level].trailing_zeros() as usize;
         self.slots[level] &= !(1 << slot);
         if self.slots[level] == 0 {
             self.levels &= !(1 << level);
@@ -153,7 +210,7 @@ impl<T> EventQueue<T> {
         let mut items = std::mem::take(&mut self.spare);
         let min = match peeked {
             Some(min) => min,
-            None => items.iter().map(|(k, _)| *k).min()?,
+            None => Self::min_key(&items)?,
         };
         self.last = min;
         for (key, item) in items.drain(..) {
@@ -185,14 +242,8 @@ impl<T> EventQueue<T> {
         if let Some(key) = self.peeked {
             return Some(Time::from_nanos(key));
         }
-        // The lowest occupied slot holds the minimum (every key in it is below every key in
-        // a higher slot or level); a slot is nearly always one item.
-        let level = self.levels.trailing_zeros() as usize;
-        let slot = self.slots[level].trailing_zeros() as usize;
-        let key = self.buckets[level * SLOTS + slot]
-            .iter()
-            .map(|&(key, _)| key)
-            .min()?;
+        let (level, slot) = self.lowest_slot();
+        let key = Self::min_key(&self.buckets[level * SLOTS + slot])?;
         self.peeked = Some(key);
         Some(Time::from_nanos(key))
     }
@@ -257,6 +308,50 @@ mod tests {
             assert_eq!(got.map(|(t, s)| (t.as_nanos(), s)), want.map(|r| r.0));
             if let Some((t, _)) = got {
                 now = t.as_nanos();
+            }
+            assert_eq!(q.len(), heap.len());
+        }
+    }
+
+    /// `pop_before` pops what a peek-then-pop would when the earliest event is due before the
+    /// limit, and otherwise changes nothing: the simulator's loop, with the limit its next CPU
+    /// wake-up, against a binary heap on (time, seq).
+    #[test]
+    fn pop_before_matches_a_binary_heap_under_random_limits() {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
+        let mut q = EventQueue::new();
+        let mut heap = BinaryHeap::new();
+        let (mut now, mut seq) = (0u64, 0u64);
+        for _ in 0..50_000 {
+            for _ in 0..rng.random_range(0..3) {
+                let at = match rng.random_range(0..4u32) {
+                    0 => now,
+                    1 => now + rng.random_range(0..4u64) * 300_000,
+                    _ => now + (rng.random_range(0..1u64 << 40) >> rng.random_range(0..40u32)),
+                };
+                q.push(Time::from_nanos(at), seq);
+                heap.push(Reverse((at, seq)));
+                seq += 1;
+            }
+            // A limit around the next event: before it, at it, or after it.
+            let next = heap.peek().map_or(now, |r: &Reverse<(u64, u64)>| r.0.0);
+            let limit = match rng.random_range(0..3u32) {
+                0 => next.saturating_sub(rng.random_range(0..1_000u64)).max(now),
+                1 => next,
+                _ => next + rng.random_range(1..1_000u64),
+            };
+            let got = q.pop_before(Time::from_nanos(limit));
+            let want = if heap.peek().is_some_and(|r| r.0.0 < limit) {
+                heap.pop().map(|r| r.0)
+            } else {
+                None
+            };
+            assert_eq!(got.map(|(t, s)| (t.as_nanos(), s)), want);
+            if let Some((t, _)) = got {
+                now = t.as_nanos();
+            } else {
+                // A wake-up handled in between may schedule at or after `now`, before `next`.
+                now = now.max(limit.min(next));
             }
             assert_eq!(q.len(), heap.len());
         }

@@ -313,29 +313,27 @@ impl<'a> Sim<'a> {
                 break;
             }
             // A wake-up due no later than the next queued event goes first: completions at an
-            // instant are handled before anything else that happens then.
-            let queued = self.queue.peek_time();
-            let wake = self
-                .wakes
-                .peek()
-                .filter(|&(at, _)| queued.is_none_or(|q| at <= q));
-            if let Some((at, s)) = wake {
-                if at > self.horizon {
-                    break;
+            // instant are handled before anything else that happens then. So a queued event
+            // is taken only when it comes strictly before the next wake-up (and by the horizon).
+            let wake = self.wakes.peek();
+            let limit = match wake {
+                Some((at, _)) => at.min(self.horizon + Duration::from_nanos(1)),
+                None => self.horizon + Duration::from_nanos(1),
+            };
+            let Some((at, event)) = self.queue.pop_before(limit) else {
+                // Nothing queued comes first: the wake-up is next, if there is one in time.
+                match wake {
+                    Some((at, s)) if at <= self.horizon => {
+                        self.now = at;
+                        self.events += 1;
+                        // The wake-up stays in the heap: handling it always ends in
+                        // `finish_cpu_jobs`, which moves the replica's one wake-up to its next
+                        // completion or disarms it.
+                        self.on_cpu_wake(s);
+                        continue;
+                    }
+                    _ => break,
                 }
-                self.now = at;
-                self.events += 1;
-                // The wake-up stays in the heap: handling it always ends in `finish_cpu_jobs`,
-                // which moves the replica's one wake-up to its next completion or disarms it.
-                self.on_cpu_wake(s);
-                continue;
-            }
-            match queued {
-                Some(at) if at <= self.horizon => {}
-                _ => break,
-            }
-            let Some((at, event)) = self.queue.pop() else {
-                break;
             };
             self.now = at;
             self.events += 1;
