@@ -594,6 +594,13 @@ impl Balancer {
         self.policy.on_probe_reply(probe, report, now, rng);
     }
 
+    /// Whether a probe reply now would be quiet ([`Policy::probe_reply_is_quiet`]): the
+    /// balancer's own part of a reply (the replica seen alive) polls nothing and moves no
+    /// timer.
+    pub fn probe_reply_is_quiet(&self) -> bool {
+        self.policy.probe_reply_is_quiet()
+    }
+
     /// `replica` reported its load at `now`, and so showed itself alive.
     fn seen_reported(&mut self, replica: ReplicaId, report: &LoadReport, now: Time) {
         if let Some(member) = self.members.get_mut(replica) {

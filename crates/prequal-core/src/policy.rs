@@ -260,6 +260,18 @@ pub trait Policy: Send + std::fmt::Debug {
     /// A probe failed: no reply before its timeout, a transport error, or a malformed reply.
     fn on_probe_failure(&mut self, _probe: &ProbeRequest, _now: Time) {}
 
+    /// Whether a probe reply, were it reported now, would be *quiet*: it would leave nothing
+    /// for [`Policy::poll_pick`] or [`Policy::poll_probe`], would not move
+    /// [`Policy::poll_timeout`], and would leave the policy quiet in turn, whatever the reply
+    /// says. By default false (no promise).
+    ///
+    /// A driver may then report the reply later than it came, with the time it came, provided
+    /// nothing else reaches the policy in between: the simulator applies such replies just
+    /// before the client's next event instead of queueing an event for each.
+    fn probe_reply_is_quiet(&self) -> bool {
+        false
+    }
+
     /// The driver did not send the probe: its bound on probes outstanding (per replica or in
     /// all) was reached, or the replica left. The probe ends without telling anything about its
     /// replica, so unlike [`Policy::on_probe_failure`] it must not count against it; a policy

@@ -102,6 +102,43 @@ impl<T> EventQueue<T> {
         }
     }
 
+    /// Schedules `item` at `at` ahead of every event already queued at that same time (FIFO
+    /// for the rest): for a driver that held an event back and now queues it where it would
+    /// have been, had no event at its time been queued before it.
+    pub fn push_first(&mut self, at: Time, item: T) {
+        let key = at.as_nanos().max(self.last);
+        self.len += 1;
+        if key == self.last {
+            self.now.push_front(item);
+            return;
+        }
+        // Items with one key share a slot and keep their order in it, so the front of the slot
+        // is ahead of every other item at that time.
+        if let Some(peeked) = &mut self.peeked {
+            *peeked = (*peeked).min(key);
+        }
+        let (level, slot) = place(key, self.last);
+        self.buckets[level * SLOTS + slot].insert(0, (key, item));
+        self.slots[level] |= 1 << slot;
+        self.levels |= 1 << level;
+    }
+
+    /// Whether an event is queued at exactly `at`.
+    pub fn holds(&self, at: Time) -> bool {
+        let key = at.as_nanos();
+        if key < self.last {
+            return false;
+        }
+        if key == self.last {
+            return !self.now.is_empty();
+        }
+        let (level, slot) = place(key, self.last);
+        self.slots[level] & (1 << slot) != 0
+            && self.buckets[level * SLOTS + slot]
+                .iter()
+                .any(|&(k, _)| k == key)
+    }
+
     /// Puts an item whose key differs from `last` into its slot.
     #[inline]
     fn file(&mut self, key: u64, item: T) {
@@ -353,6 +390,49 @@ mod tests {
                 // A wake-up handled in between may schedule at or after `now`, before `next`.
                 now = now.max(limit.min(next));
             }
+            assert_eq!(q.len(), heap.len());
+        }
+    }
+
+    /// `push_first` puts an item ahead of those already queued at its time, and `holds` says
+    /// whether any is: against a binary heap on (time, seq) where a `push_first` takes a seq
+    /// below every other.
+    #[test]
+    fn push_first_and_holds_match_a_binary_heap() {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(13);
+        let mut q = EventQueue::new();
+        let mut heap: BinaryHeap<Reverse<(u64, i64)>> = BinaryHeap::new();
+        let (mut now, mut back, mut ahead) = (0u64, 0i64, 1i64 << 40);
+        for _ in 0..30_000 {
+            for _ in 0..rng.random_range(0..3) {
+                // Few distinct times, so that many items share one.
+                let at = now + rng.random_range(0..6u64) * rng.random_range(0..3u64) * 64;
+                assert_eq!(
+                    q.holds(Time::from_nanos(at)),
+                    heap.iter().any(|r| r.0.0 == at)
+                );
+                if rng.random_bool(0.3) {
+                    back -= 1;
+                    q.push_first(Time::from_nanos(at), back);
+                    heap.push(Reverse((at, back)));
+                } else {
+                    ahead += 1;
+                    q.push(Time::from_nanos(at), ahead);
+                    heap.push(Reverse((at, ahead)));
+                }
+            }
+            let limit = now + rng.random_range(0..200u64);
+            let got = q.pop_before(Time::from_nanos(limit));
+            let want = if heap.peek().is_some_and(|r| r.0.0 < limit) {
+                heap.pop().map(|r| r.0)
+            } else {
+                None
+            };
+            assert_eq!(got.map(|(t, s)| (t.as_nanos(), s)), want);
+            now = match got {
+                Some((t, _)) => t.as_nanos(),
+                None => now.max(limit.min(heap.peek().map_or(limit, |r| r.0.0))),
+            };
             assert_eq!(q.len(), heap.len());
         }
     }

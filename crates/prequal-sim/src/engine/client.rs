@@ -101,6 +101,9 @@ pub(super) struct Client {
     pub(super) counts: Counts,
     /// Probes in flight, under the keys their events carry.
     probes: Slab<PendingProbe>,
+    /// Replies held back (see `deliver_probe_report`): when each came and its probe, in the
+    /// order the queue would give them (by time, then as held back).
+    deferred: Vec<(Time, u64)>,
     timer: Option<Time>,
     /// Query deadlines, keyed by query (without hedging) or by request (with it).
     deadlines: Expiries,
@@ -120,6 +123,7 @@ impl Client {
             retried: IdMap::default(),
             counts: Counts::default(),
             probes: Slab::default(),
+            deferred: Vec::new(),
             timer: None,
             deadlines: Expiries::default(),
             try_timeouts: Expiries::default(),

@@ -209,6 +209,11 @@ struct Sim<'a> {
     events: u64,
     /// Whether a utilisation sample (`Event::Tick`) is still to come.
     tick_pending: bool,
+    /// Whether quiet probe replies may be held back instead of queued (see
+    /// [`Sim::deliver_probe_report`]); off only in tests that check it changes nothing.
+    hold_replies: bool,
+    /// Replies held back, and of those, released to the queue after all (for tests).
+    held: (u64, u64),
 }
 
 /// Runs `contender` through the scenario with every load level multiplied by `load_factor`,
@@ -300,6 +305,8 @@ impl<'a> Sim<'a> {
             expired: Vec::new(),
             events: 0,
             tick_pending: false,
+            hold_replies: true,
+            held: (0, 0),
         })
     }
 
@@ -339,6 +346,11 @@ impl<'a> Sim<'a> {
             self.events += 1;
             self.handle(event);
         }
+        // Replies still held back came by the end of the load, so before anything that ended
+        // the run: they count, and leave their clients as they would have.
+        for c in 0..self.clients.len() as u32 {
+            self.catch_up_replies(c, self.end);
+        }
     }
 
     fn start(&mut self) {
@@ -370,15 +382,23 @@ impl<'a> Sim<'a> {
     /// new set at once; a rejoining replica ramps up through slow start.
     fn announce_replicas(&mut self) {
         let replicas = self.replica_set();
-        for c in 0..self.clients.len() {
-            self.clients[c].balancer.set_replicas(&replicas, self.now);
-            self.service_client(c as u32);
+        for c in 0..self.clients.len() as u32 {
+            let holds = self.holds_replies(c);
+            if holds {
+                self.catch_up_replies(c, self.now);
+            }
+            self.clients[c as usize]
+                .balancer
+                .set_replicas(&replicas, self.now);
+            self.service_client(c);
+            if holds {
+                self.release_if_loud(c);
+            }
         }
     }
 
     fn handle(&mut self, event: Event) {
         match event {
-            Event::Arrival(c) => self.on_arrival(c),
             Event::AtServer {
                 client,
                 server,
@@ -391,6 +411,43 @@ impl<'a> Sim<'a> {
                 query,
             } => self.on_server_done(server, slot, client, query),
             Event::Change(s) => self.on_change(s),
+            Event::ProbeAtServer {
+                client,
+                server,
+                probe,
+            } => self.on_probe_at_server(client, server, probe),
+            Event::Tick => self.on_tick(),
+            event => self.handle_client_event(event),
+        }
+    }
+
+    /// An event of one client: its held-back replies that came first are applied before it,
+    /// and released to the queue after it if it left the client loud (see
+    /// [`Sim::deliver_probe_report`]).
+    fn handle_client_event(&mut self, event: Event) {
+        let c = match event {
+            Event::Arrival(c)
+            | Event::Deadline(c)
+            | Event::TryTimeout(c)
+            | Event::ProbeTimeout(c)
+            | Event::Timer(c) => c,
+            Event::Response { client, .. }
+            | Event::QueryDeadline { client, .. }
+            | Event::ProbeReply { client, .. }
+            | Event::ProbeFailed { client, .. }
+            | Event::Hedge { client, .. } => client,
+            Event::AtServer { .. }
+            | Event::ServerDone { .. }
+            | Event::Change(_)
+            | Event::ProbeAtServer { .. }
+            | Event::Tick => return self.handle(event),
+        };
+        let holds = self.holds_replies(c);
+        if holds {
+            self.catch_up_replies(c, self.now);
+        }
+        match event {
+            Event::Arrival(c) => self.on_arrival(c),
             Event::Response {
                 client,
                 query,
@@ -399,17 +456,15 @@ impl<'a> Sim<'a> {
             Event::Deadline(c) => self.on_deadlines(c),
             Event::TryTimeout(c) => self.on_try_timeouts(c),
             Event::QueryDeadline { client, query } => self.on_deadline(client, query),
-            Event::ProbeAtServer {
-                client,
-                server,
-                probe,
-            } => self.on_probe_at_server(client, server, probe),
             Event::ProbeReply { client, probe } => self.on_probe_reply(client, probe),
             Event::ProbeTimeout(c) => self.on_probe_timeouts(c),
             Event::Timer(c) => self.on_timer(c),
-            Event::Tick => self.on_tick(),
             Event::Hedge { client, request } => self.on_hedge_due(client, request),
             Event::ProbeFailed { client, probe } => self.on_probe_failed(client, probe),
+            _ => {}
+        }
+        if holds {
+            self.release_if_loud(c);
         }
     }
 

@@ -688,3 +688,128 @@ steps = [{{ duration = "1s", level = 200.0 }}]
         assert_eq!(short, long, "the same run, events included");
     }
 }
+
+/// Holding quiet probe replies back (`Sim::deliver_probe_report`) changes nothing a run
+/// produces, events counted included.
+mod held_reply_tests {
+    use std::path::Path;
+
+    use super::super::*;
+    use crate::scenario::Scenario;
+
+    /// Processor sharing with probe costs and antagonists, a load past the allocation,
+    /// deadlines, a replica killed and another redeployed.
+    const CAPACITY: &str = r#"
+contenders = ["prequal"]
+latency_objective = "200ms"
+[servers]
+count = 30
+probe_cost = "20us"
+[servers.capacity]
+cost = { kind = "normal", mean = "10ms", sd = "10ms" }
+allocation_cores = 1.0
+machine_cores = 10.0
+per_query_cores = 1.0
+[servers.capacity.antagonist]
+period = "1s"
+mean_low = 0.5
+mean_high = 0.95
+jitter = 0.1
+[[servers.episodes]]
+servers = [2]
+start = "1s"
+end = "2s"
+fault = "killed"
+[[servers.episodes]]
+servers = [5]
+start = "2s"
+end = "3s"
+fault = "redeployed"
+[clients]
+count = 30
+arrivals = "poisson"
+deadline = "300ms"
+[network]
+delay = { kind = "uniform", low = "100us", high = "300us" }
+[load]
+ramp = { start = 0.9, factor = 1.2, steps = 4, step_duration = "1s", unit = "allocation" }
+"#;
+
+    /// Constant delays, so that many events fall at one instant, whole-replica faults, and
+    /// queries that wait for replies while some are held back.
+    const TIES: &str = r#"
+contenders = ["prequal"]
+latency_objective = "1s"
+[servers]
+count = 6
+latency = { kind = "normal", mean = "20ms", sd = "2ms" }
+[[servers.episodes]]
+servers = [0]
+start = "1s"
+end = "2s"
+fault = "black-hole"
+[[servers.episodes]]
+servers = [1]
+start = "1s"
+end = "3s"
+fault = "host-down"
+[[servers.episodes]]
+servers = [3]
+start = "2s"
+end = "3s"
+fault = "redeployed"
+[clients]
+count = 3
+deadline = "1s"
+[network]
+delay = { kind = "constant", value = "250us" }
+[load]
+steps = [{ duration = "4s", level = 600.0 }]
+"#;
+
+    /// The run's output, and how many replies were held back and released, with holding on
+    /// or off.
+    fn run(scenario: &str, contender: &str, hold: bool) -> (RunOutput, (u64, u64)) {
+        let compiled = Scenario::parse(scenario, Path::new("t.toml")).unwrap();
+        let policy = PolicyConfig::from_name(contender).unwrap();
+        let config = compiled.scenario.clients.balancer_keys().config(None);
+        let mut sim = Sim::new(&compiled, &policy, &config, 1.0).unwrap();
+        sim.hold_replies = hold;
+        sim.start();
+        sim.drive();
+        let output = RunOutput {
+            events: sim.events,
+            measured: sim.recorder.finish(),
+            hedging: sim.hedge_summary(),
+            balancer: sim.balancer_summary(),
+        };
+        (output, sim.held)
+    }
+
+    /// Returns how many replies were held back and released.
+    fn assert_unchanged(scenario: &str, contender: &str) -> (u64, u64) {
+        let (held, counts) = run(scenario, contender, true);
+        let (queued, none) = run(scenario, contender, false);
+        assert_eq!(none, (0, 0));
+        assert!(counts.0 > 0, "{contender}: nothing held back");
+        assert_eq!(held, queued, "{contender}");
+        counts
+    }
+
+    #[test]
+    fn holding_replies_changes_nothing_under_processor_sharing() {
+        for contender in ["prequal", "linear", "c3"] {
+            assert_unchanged(CAPACITY, contender);
+        }
+    }
+
+    #[test]
+    fn holding_replies_changes_nothing_when_events_tie() {
+        let mut released = 0;
+        for contender in ["prequal", "linear", "c3"] {
+            released += assert_unchanged(TIES, contender).1;
+        }
+        // Queries began to wait for replies while some were held: those were queued after all.
+        assert!(released > 0);
+    }
+}

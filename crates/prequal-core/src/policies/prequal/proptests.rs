@@ -148,3 +148,37 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// A reply that `probe_reply_is_quiet` calls quiet leaves nothing to poll, does not move
+    /// the timer, and leaves the policy quiet: what lets the simulator apply it late.
+    #[test]
+    fn a_quiet_reply_leaves_nothing_to_poll(
+        events in proptest::collection::vec(event(), 1..200),
+        wait_when_stale in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let config = Config {
+            wait_when_stale,
+            max_age: Duration::from_millis(60),
+            ..Config::default()
+        };
+        let mut p = policy(&config, 6);
+        let mut rng = rng(seed);
+        let (mut now, mut q) = (Time::ZERO, 0);
+        for ev in &events {
+            let quiet = p.probe_reply_is_quiet();
+            let timeout = p.poll_timeout();
+            apply(&mut p, ev, &mut now, &mut q, &mut rng);
+            if quiet && matches!(ev, Event::Reply(..)) {
+                prop_assert!(p.poll_pick(now, &mut rng).is_none());
+                prop_assert!(p.poll_probe(now, &mut rng).is_none());
+                prop_assert_eq!(p.poll_timeout(), timeout);
+                prop_assert!(p.probe_reply_is_quiet());
+            }
+            // A driver drains what an event left.
+            while p.poll_pick(now, &mut rng).is_some() {}
+            drop_probes(&mut p, &mut rng);
+        }
+    }
+}

@@ -929,6 +929,12 @@ impl<R: Rule> Policy for AsyncProbing<R> {
         self.decided.pop_front()
     }
 
+    /// A reply only places queries that wait for one; with none waiting it goes into the pool
+    /// and the rule, queues no probe, and leaves the timer (idle probe, end of a wait) alone.
+    fn probe_reply_is_quiet(&self) -> bool {
+        self.waiting.is_empty() && self.decided.is_empty() && self.probes.is_empty()
+    }
+
     fn on_load_report(&mut self, replica: ReplicaId, report: &LoadReport, now: Time) {
         self.pool.expire(now);
         if self.replicas.contains(replica) {

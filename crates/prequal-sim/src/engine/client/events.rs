@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use prequal_core::{Outcome, Pick, QueryId, ReplicaId};
+use prequal_core::{Outcome, Pick, QueryId, ReplicaId, Time};
 use rand_distr::{Distribution as _, Exp1};
 
 use super::{PendingProbe, Request, TryKind};
@@ -342,17 +342,89 @@ impl Sim<'_> {
     }
 
     /// A probe reached its replica; the reply (computed there) travels back.
+    ///
+    /// Most replies are quiet ([`prequal_core::Policy::probe_reply_is_quiet`]): they change
+    /// nothing but their client. Such a reply is held back instead of queued, and applied with
+    /// its own time just before the client's next event (`catch_up_replies`), which gives the
+    /// client the very state, random draws and all, that the queued reply would have; should
+    /// the client turn loud meanwhile (a query starts waiting for replies), its held replies
+    /// are queued after all (`release_if_loud`). Held back only when
+    ///
+    /// - the client is quiet now, so that nothing but its own events can make it loud;
+    /// - no event is queued at the reply's very time: every event at that time is then queued
+    ///   after the reply would have been, so it comes after it, as the catch-up before a
+    ///   client's event and `EventQueue::push_first` on release both have it;
+    /// - it comes by the end of the load, so that every held reply is applied (or released)
+    ///   before the run can end, and counts as the event it would have been.
     pub(in crate::engine) fn deliver_probe_report(
         &mut self,
         c: u32,
         probe: u64,
         report: prequal_core::LoadReport,
     ) {
-        if let Some(entry) = self.clients[c as usize].probes.get_mut(probe) {
-            entry.report = Some(report);
-            let at = self.now + entry.reply_delay;
+        let client = &mut self.clients[c as usize];
+        let Some(entry) = client.probes.get_mut(probe) else {
+            return;
+        };
+        entry.report = Some(report);
+        let at = self.now + entry.reply_delay;
+        if self.hold_replies
+            && at <= self.end
+            && client.balancer.probe_reply_is_quiet()
+            && !self.queue.holds(at)
+        {
+            let place = client.deferred.partition_point(|&(due, _)| due <= at);
+            client.deferred.insert(place, (at, probe));
+            self.held.0 += 1;
+        } else {
             self.queue.push(at, Event::ProbeReply { client: c, probe });
         }
+    }
+
+    /// Applies client `c`'s held-back replies that came by `until`, in order, each at its own
+    /// time and counted as the event it stands for. Quiet, each leaves nothing to poll and no
+    /// timer to move, so no `service_client` follows.
+    pub(in crate::engine) fn catch_up_replies(&mut self, c: u32, until: Time) {
+        let client = &mut self.clients[c as usize];
+        let due = client.deferred.partition_point(|&(at, _)| at <= until);
+        for i in 0..due {
+            let (at, probe) = client.deferred[i];
+            debug_assert!(client.balancer.probe_reply_is_quiet());
+            if let Some(PendingProbe {
+                request,
+                report: Some(report),
+                ..
+            }) = client.probes.remove(probe)
+            {
+                client
+                    .balancer
+                    .on_probe_reply(&request, &report, at, &mut client.rng);
+            }
+        }
+        client.deferred.drain(..due);
+        self.events += due as u64;
+    }
+
+    /// Queues client `c`'s held-back replies if it is no longer quiet (a query of its own now
+    /// waits for replies), each ahead of whatever is queued at its time: everything there was
+    /// queued after the reply was held back.
+    pub(in crate::engine) fn release_if_loud(&mut self, c: u32) {
+        let client = &mut self.clients[c as usize];
+        if client.deferred.is_empty() || client.balancer.probe_reply_is_quiet() {
+            return;
+        }
+        // Backwards, so that replies due at one time keep their order ahead of the rest.
+        for &(at, probe) in client.deferred.iter().rev() {
+            self.queue
+                .push_first(at, Event::ProbeReply { client: c, probe });
+        }
+        self.held.1 += client.deferred.len() as u64;
+        client.deferred.clear();
+    }
+
+    /// Whether client `c` holds back replies (see `deliver_probe_report`).
+    pub(in crate::engine) fn holds_replies(&self, c: u32) -> bool {
+        !self.clients[c as usize].deferred.is_empty()
     }
 
     pub(in crate::engine) fn on_probe_reply(&mut self, c: u32, probe: u64) {
