@@ -94,24 +94,98 @@ impl Runs {
             }
             return self.len - first;
         }
-        let mut tails = [0usize; GATHER];
-        for (r, tail) in tails.iter_mut().enumerate().take(self.count) {
-            *tail = usize::from(self.ends[r]);
+        // The runs that still hold samples, in run order: the time of each one's newest
+        // untaken sample, where that sample is, and where the run starts. A run leaves the
+        // list once it is taken out, so the pick compares live runs only.
+        let mut heads = [(0u64, 0usize, 0usize); GATHER];
+        let mut live = 0;
+        for r in 0..self.count {
+            let (start, end) = (self.start(r), usize::from(self.ends[r]));
+            if end > start {
+                heads[live] = (self.buf[end - 1].at, end - 1, start);
+                live += 1;
+            }
         }
         for slot in out.iter_mut().take(k) {
+            if live == 0 {
+                break;
+            }
             // The run whose last untaken sample is newest (the lower run on a tie).
-            let mut best: Option<usize> = None;
-            for r in 0..self.count {
-                if tails[r] > self.start(r)
-                    && best.is_none_or(|b| self.buf[tails[r] - 1].at > self.buf[tails[b] - 1].at)
-                {
-                    best = Some(r);
+            let mut best = 0;
+            for j in 1..live {
+                if heads[j].0 > heads[best].0 {
+                    best = j;
                 }
             }
-            let Some(b) = best else { break };
-            tails[b] -= 1;
-            *slot = self.buf[tails[b]].latency;
+            let (_, taken, start) = heads[best];
+            *slot = self.buf[taken].latency;
+            if taken > start {
+                heads[best] = (self.buf[taken - 1].at, taken - 1, start);
+            } else {
+                heads.copy_within(best + 1..live, best);
+                live -= 1;
+            }
         }
         k
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The k newest by the plain definition: repeatedly the run whose last untaken sample is
+    /// newest, the lower run on a tie.
+    fn reference_newest(runs: &Runs, k: usize) -> Vec<u64> {
+        let mut tails: Vec<usize> = (0..runs.count).map(|r| usize::from(runs.ends[r])).collect();
+        let mut out = Vec::new();
+        while out.len() < k.min(runs.len) {
+            let best = (0..runs.count).filter(|&r| tails[r] > runs.start(r)).fold(
+                None,
+                |best: Option<usize>, r| match best {
+                    Some(b) if runs.buf[tails[r] - 1].at <= runs.buf[tails[b] - 1].at => Some(b),
+                    _ => Some(r),
+                },
+            );
+            let Some(b) = best else { break };
+            tails[b] -= 1;
+            out.push(runs.buf[tails[b]].latency);
+        }
+        out
+    }
+
+    proptest! {
+        /// Runs of samples sorted by time, with many times shared across runs: the same
+        /// samples as the definition picks, ties between runs included.
+        #[test]
+        fn newest_merges_like_its_definition(
+            runs in prop::collection::vec(prop::collection::vec(0u64..40, 1..12), 1..6),
+            k in 1usize..40,
+        ) {
+            let mut gathered = Runs::new();
+            let mut latency = 0;
+            for times in &runs {
+                let mut times = times.clone();
+                times.sort_unstable();
+                let samples: Vec<Sample> = times
+                    .iter()
+                    .map(|&at| {
+                        latency += 1;
+                        Sample { at, latency }
+                    })
+                    .collect();
+                gathered.push_run([&samples, &[]], 0);
+            }
+            let mut out = [0u64; GATHER];
+            let n = gathered.newest(k, &mut out);
+            // The same samples (the estimate sorts them; a single run comes out oldest first).
+            let mut want = reference_newest(&gathered, k);
+            let mut got = out[..n].to_vec();
+            want.sort_unstable();
+            got.sort_unstable();
+            prop_assert_eq!(n, k.min(gathered.len));
+            prop_assert_eq!(got, want);
+        }
     }
 }
