@@ -267,7 +267,8 @@ impl LoadTracker {
         // An idle replica's stale estimate fades, except while its trial query is in flight:
         // the fade invites one query, not as many as its decayed latency and empty queue would
         // draw before any of them has finished.
-        let factor = if self.on_trial(now) {
+        // (While the estimate is fresh, the common case, there is no fade to stop.)
+        let factor = if now <= self.estimator.stale_since() || self.on_trial(now) {
             1.0
         } else {
             self.estimator.stale_factor(now)
@@ -285,7 +286,10 @@ impl LoadTracker {
                 .in_flight
                 .oldest_age_since(self.last_finished_arrival, now)
                 .unwrap_or(0);
-            latency = latency.saturating_add(Duration::from_nanos(stalled_for.saturating_sub(max)));
+            let beyond = stalled_for.saturating_sub(max);
+            if beyond > 0 {
+                latency = latency.saturating_add(Duration::from_nanos(beyond));
+            }
             // Nothing that arrived since the abandoned stall began has finished: a query
             // arriving now takes at least as long as that.
             if let Some(stall) = self.abandoned_stall_for(now) {
