@@ -399,6 +399,7 @@ impl<'a> Sim<'a> {
 
     fn handle(&mut self, event: Event) {
         match event {
+            Event::Arrival(c) => self.as_client(c, |sim| sim.on_arrival(c)),
             Event::AtServer {
                 client,
                 server,
@@ -411,58 +412,46 @@ impl<'a> Sim<'a> {
                 query,
             } => self.on_server_done(server, slot, client, query),
             Event::Change(s) => self.on_change(s),
+            Event::Response {
+                client,
+                query,
+                error,
+            } => self.as_client(client, |sim| sim.on_response(client, query, error)),
+            Event::Deadline(c) => self.as_client(c, |sim| sim.on_deadlines(c)),
+            Event::TryTimeout(c) => self.as_client(c, |sim| sim.on_try_timeouts(c)),
+            Event::QueryDeadline { client, query } => {
+                self.as_client(client, |sim| sim.on_deadline(client, query))
+            }
             Event::ProbeAtServer {
                 client,
                 server,
                 probe,
             } => self.on_probe_at_server(client, server, probe),
+            Event::ProbeReply { client, probe } => {
+                self.as_client(client, |sim| sim.on_probe_reply(client, probe))
+            }
+            Event::ProbeTimeout(c) => self.as_client(c, |sim| sim.on_probe_timeouts(c)),
+            Event::Timer(c) => self.as_client(c, |sim| sim.on_timer(c)),
             Event::Tick => self.on_tick(),
-            event => self.handle_client_event(event),
+            Event::Hedge { client, request } => {
+                self.as_client(client, |sim| sim.on_hedge_due(client, request))
+            }
+            Event::ProbeFailed { client, probe } => {
+                self.as_client(client, |sim| sim.on_probe_failed(client, probe))
+            }
         }
     }
 
-    /// An event of one client: its held-back replies that came first are applied before it,
-    /// and released to the queue after it if it left the client loud (see
+    /// Handles an event of client `c`: its held-back replies that came first are applied
+    /// before it, and released to the queue after it if it left the client loud (see
     /// [`Sim::deliver_probe_report`]).
-    fn handle_client_event(&mut self, event: Event) {
-        let c = match event {
-            Event::Arrival(c)
-            | Event::Deadline(c)
-            | Event::TryTimeout(c)
-            | Event::ProbeTimeout(c)
-            | Event::Timer(c) => c,
-            Event::Response { client, .. }
-            | Event::QueryDeadline { client, .. }
-            | Event::ProbeReply { client, .. }
-            | Event::ProbeFailed { client, .. }
-            | Event::Hedge { client, .. } => client,
-            Event::AtServer { .. }
-            | Event::ServerDone { .. }
-            | Event::Change(_)
-            | Event::ProbeAtServer { .. }
-            | Event::Tick => return self.handle(event),
-        };
+    #[inline(always)]
+    fn as_client(&mut self, c: u32, handle: impl FnOnce(&mut Self)) {
         let holds = self.holds_replies(c);
         if holds {
             self.catch_up_replies(c, self.now);
         }
-        match event {
-            Event::Arrival(c) => self.on_arrival(c),
-            Event::Response {
-                client,
-                query,
-                error,
-            } => self.on_response(client, query, error),
-            Event::Deadline(c) => self.on_deadlines(c),
-            Event::TryTimeout(c) => self.on_try_timeouts(c),
-            Event::QueryDeadline { client, query } => self.on_deadline(client, query),
-            Event::ProbeReply { client, probe } => self.on_probe_reply(client, probe),
-            Event::ProbeTimeout(c) => self.on_probe_timeouts(c),
-            Event::Timer(c) => self.on_timer(c),
-            Event::Hedge { client, request } => self.on_hedge_due(client, request),
-            Event::ProbeFailed { client, probe } => self.on_probe_failed(client, probe),
-            _ => {}
-        }
+        handle(self);
         if holds {
             self.release_if_loud(c);
         }
