@@ -135,6 +135,22 @@ impl Client {
         }
     }
 
+    /// Hands the reply to `probe`, if it came, to the balancer as of `at`, and forgets the
+    /// probe; false when there was no reply to hand over.
+    fn apply_reply(&mut self, probe: u64, at: Time) -> bool {
+        let Some(PendingProbe {
+            request,
+            report: Some(report),
+            ..
+        }) = self.probes.remove(probe)
+        else {
+            return false;
+        };
+        self.balancer
+            .on_probe_reply(&request, &report, at, &mut self.rng);
+        true
+    }
+
     /// True when no query, try or hedged request is in flight (a run past its end stops once
     /// every client is; tests check it after a run).
     pub(super) fn is_idle(&self) -> bool {

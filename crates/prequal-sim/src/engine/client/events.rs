@@ -390,16 +390,7 @@ impl Sim<'_> {
         for i in 0..due {
             let (at, probe) = client.deferred[i];
             debug_assert!(client.balancer.probe_reply_is_quiet());
-            if let Some(PendingProbe {
-                request,
-                report: Some(report),
-                ..
-            }) = client.probes.remove(probe)
-            {
-                client
-                    .balancer
-                    .on_probe_reply(&request, &report, at, &mut client.rng);
-            }
+            client.apply_reply(probe, at);
         }
         client.deferred.drain(..due);
         self.events += due as u64;
@@ -429,16 +420,7 @@ impl Sim<'_> {
 
     pub(in crate::engine) fn on_probe_reply(&mut self, c: u32, probe: u64) {
         let now = self.now;
-        let client = &mut self.clients[c as usize];
-        if let Some(PendingProbe {
-            request,
-            report: Some(report),
-            ..
-        }) = client.probes.remove(probe)
-        {
-            client
-                .balancer
-                .on_probe_reply(&request, &report, now, &mut client.rng);
+        if self.clients[c as usize].apply_reply(probe, now) {
             self.service_client(c);
         }
     }
