@@ -697,6 +697,21 @@ mod held_reply_tests {
     use super::super::*;
     use crate::scenario::Scenario;
 
+    /// One reply held back per instant: a second one for the same instant, or one whose slot
+    /// another instant has, is refused until the first is applied or queued.
+    #[test]
+    fn one_reply_is_held_back_per_instant() {
+        let mut held = HeldAt::new();
+        let at = Time::from_nanos(1_234_567);
+        assert!(held.take(at));
+        assert!(!held.take(at), "a second reply for the same instant");
+        let same_slot = Time::from_nanos(1_234_567 + HeldAt::SLOTS as u64);
+        assert!(!held.take(same_slot), "another instant in the same slot");
+        assert!(held.take(Time::from_nanos(1_234_568)));
+        held.free(at);
+        assert!(held.take(same_slot));
+    }
+
     /// Processor sharing with probe costs and antagonists, a load past the allocation,
     /// deadlines, a replica killed and another redeployed.
     const CAPACITY: &str = r#"

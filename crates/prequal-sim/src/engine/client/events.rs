@@ -354,6 +354,9 @@ impl Sim<'_> {
     /// - no event is queued at the reply's very time: every event at that time is then queued
     ///   after the reply would have been, so it comes after it, as the catch-up before a
     ///   client's event and `EventQueue::push_first` on release both have it;
+    /// - no other reply, of any client, is held back for that time: two released to the queue
+    ///   would each go first and so swap, and a queued reply may draw from the network's
+    ///   random numbers;
     /// - it comes by the end of the load, so that every held reply is applied (or released)
     ///   before the run can end, and counts as the event it would have been.
     pub(in crate::engine) fn deliver_probe_report(
@@ -372,6 +375,7 @@ impl Sim<'_> {
             && at <= self.end
             && client.balancer.probe_reply_is_quiet()
             && !self.queue.holds(at)
+            && self.held_at.take(at)
         {
             let place = client.deferred.partition_point(|&(due, _)| due <= at);
             client.deferred.insert(place, (at, probe));
@@ -391,6 +395,7 @@ impl Sim<'_> {
             let (at, probe) = client.deferred[i];
             debug_assert!(client.balancer.probe_reply_is_quiet());
             client.apply_reply(probe, at);
+            self.held_at.free(at);
         }
         client.deferred.drain(..due);
         self.events += due as u64;
@@ -408,6 +413,7 @@ impl Sim<'_> {
         for &(at, probe) in client.deferred.iter().rev() {
             self.queue
                 .push_first(at, Event::ProbeReply { client: c, probe });
+            self.held_at.free(at);
         }
         self.held.1 += client.deferred.len() as u64;
         client.deferred.clear();
