@@ -427,17 +427,12 @@ impl<'a> Sim<'a> {
     fn announce_replicas(&mut self) {
         let replicas = self.replica_set();
         for c in 0..self.clients.len() as u32 {
-            let holds = self.holds_replies(c);
-            if holds {
-                self.catch_up_replies(c, self.now);
-            }
-            self.clients[c as usize]
-                .balancer
-                .set_replicas(&replicas, self.now);
-            self.service_client(c);
-            if holds {
-                self.release_if_loud(c);
-            }
+            self.as_client(c, |sim| {
+                sim.clients[c as usize]
+                    .balancer
+                    .set_replicas(&replicas, sim.now);
+                sim.service_client(c);
+            });
         }
     }
 
